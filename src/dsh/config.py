@@ -1,0 +1,183 @@
+"""Typed configuration: `dsh.Config` (pydantic-settings) and its sections.
+
+Layer: base (an edge: pydantic lives only here and in the HTTP models). Python keyword values are
+strict — a `bool`, a float or the string `"4"` for an int field is refused with `ConfigError`
+(`CONFIG_INVALID`) — while environment values are strings and are parsed. Environment names use the
+prefix `DSH_` and `__` between a section and its field (`DSH_SUBAGENT__COLD_READ_CONCURRENCY=8`);
+the settings people type most also have flat names (`DSH_HOME`, `DSH_DATABASE_URL`), mapped
+explicitly by a small settings source rather than by pydantic-settings' JSON guessing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from dsh.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_COLD_READ_CONCURRENCY",
+    "CacheConfig",
+    "Config",
+    "PersistenceConfig",
+    "ServerConfig",
+    "SubagentConfig",
+    "default_home",
+]
+
+DEFAULT_COLD_READ_CONCURRENCY: Final = 4
+_MAX_INT32: Final = 2_147_483_647
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise ConfigError(_describe(error, type(self).__name__)) from None
+
+
+class PersistenceConfig(_Section):
+    """Persistence settings (02 §4)."""
+
+    write_batch_max_delay_ms: int = Field(default=200, ge=1, le=_MAX_INT32)
+
+
+class CacheConfig(_Section):
+    """Projection-cache write policy (03 §3.4)."""
+
+    write_every_events: int = Field(default=256, ge=1)
+    write_interval_ms: int = Field(default=5000, ge=1, le=_MAX_INT32)
+    close_timeout_s: float = Field(default=10.0, gt=0)
+
+
+class SubagentConfig(_Section):
+    """Subagent settings (05 §3.10, §1.8)."""
+
+    cold_read_concurrency: int = Field(default=DEFAULT_COLD_READ_CONCURRENCY, ge=1, le=64)
+    max_depth: int = Field(default=3, ge=0)
+
+
+class ServerConfig(_Section):
+    """`dsh serve` settings."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+
+
+def default_home() -> Path:
+    """`~/.local/share/dsh`."""
+    return Path.home() / ".local" / "share" / "dsh"
+
+
+_SECTIONS: Final[dict[str, type[_Section]]] = {
+    "persistence": PersistenceConfig,
+    "cache": CacheConfig,
+    "subagent": SubagentConfig,
+    "server": ServerConfig,
+}
+
+_FLAT: Final[dict[str, str]] = {"DSH_HOME": "home", "DSH_DATABASE_URL": "database_url"}
+
+
+def _describe(error: ValidationError, owner: str) -> str:
+    parts = []
+    for item in error.errors():
+        inner = item.get("ctx", {}).get("error")
+        if isinstance(inner, ConfigError):
+            parts.append(inner.message)
+            continue
+        where = ".".join(str(p) for p in item["loc"])
+        text = f"{item['msg']} (got {item.get('input')!r})"
+        parts.append(f"{where}: {text}" if where else text)
+    return "; ".join(parts) if all(p.startswith("invalid ") for p in parts) else f"invalid {owner}: " + "; ".join(parts)
+
+
+class _EnvironmentSource(PydanticBaseSettingsSource):
+    """Reads `DSH_*` variables: flat aliases plus `DSH_<SECTION>__<FIELD>`; parses strings."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        env = os.environ
+        out: dict[str, Any] = {}
+        for name, field in _FLAT.items():
+            value = env.get(name)
+            if value:
+                out[field] = value
+        for section, model in _SECTIONS.items():
+            parsed: dict[str, Any] = {}
+            for field, info in model.model_fields.items():
+                name = f"DSH_{section.upper()}__{field.upper()}"
+                value = env.get(name)
+                if value is None:
+                    continue
+                try:
+                    parsed[field] = TypeAdapter(info.annotation).validate_strings(value)
+                except ValidationError as error:
+                    raise ConfigError(_describe(error, f"environment variable {name}")) from None
+            if parsed:
+                out[section] = model(**parsed)
+        return out
+
+
+class Config(BaseSettings):
+    """The whole typed configuration of a runtime.
+
+    Args:
+        home: The home folder (`$DSH_HOME`, default `~/.local/share/dsh`).
+        database_url: `sqlite:///<path>` or `postgresql://...`; None selects JSONL under `home`.
+    """
+
+    model_config = SettingsConfigDict(strict=True, extra="forbid", frozen=True)
+
+    home: Path = Field(default_factory=default_home)
+    database_url: str | None = None
+    persistence: PersistenceConfig = Field(default_factory=PersistenceConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    subagent: SubagentConfig = Field(default_factory=SubagentConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as error:
+            raise ConfigError(_describe(error, "Config")) from None
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_path(cls, value: object) -> object:
+        if isinstance(value, str):
+            if not value:
+                raise ValueError("home must not be empty")
+            return Path(value).expanduser()
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _EnvironmentSource(settings_cls))
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Where the JSONL backend keeps logs."""
+        return self.home / "sessions"
+
+    @property
+    def cache_path(self) -> Path:
+        """The SQLite projection cache file."""
+        return self.home / "cache.sqlite3"

@@ -1,0 +1,24 @@
+"""The `Services` container: the services of one runtime, by role.
+
+Layer: base. A plain dataclass whose every field is optional; code that needs a service reads it
+from the container *at call time* and applies its own rule for absence (fail loud with a stable
+code, or skip an optional accelerator). Field types are imported only for type checking, so this
+module imports no layer at run time. Fields are added as their layers land.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dsh.session.store import SessionStore
+
+__all__ = ["Services"]
+
+
+@dataclass
+class Services:
+    """Services by role; a field is None when the service is not mounted."""
+
+    sessions: SessionStore | None = None

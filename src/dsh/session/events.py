@@ -1,0 +1,431 @@
+"""The event envelope, the event vocabulary and its data-shape checks.
+
+Layer: session. An event is a `SessionEvent`: a read-only mapping (`FrozenDict`) with typed
+properties. The checks here are shared by every path that admits events — a live append, a
+constructor seed, and the persistence read pipeline — so a log the core would refuse to write can
+never be read back as valid, and vice versa. Checks return a problem text (or None) instead of
+raising, so each caller raises its own error kind (`INVALID_EVENT`, `INVALID_SEED`,
+`SESSION_CORRUPT`) with its own prefix, and the read path stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+from dsh.json import FrozenDict, FrozenList, JsonValue, is_safe_int
+
+__all__ = [
+    "EVENT_KEYS",
+    "KNOWN_EVENT_TYPES",
+    "LEGACY_EVENT_TYPES",
+    "SURFACE_TYPES",
+    "SessionEvent",
+    "SurfaceOp",
+    "SurfaceReplace",
+    "data_problem",
+    "envelope_problem",
+    "legacy_problem",
+    "make_event",
+]
+
+KNOWN_EVENT_TYPES: Final[frozenset[str]] = frozenset(
+    {
+        "agent-preset/selected",
+        "agent/inbox/spliced",
+        "approval/asked",
+        "approval/decided",
+        "approval/policy",
+        "assistant/chunk",
+        "assistant/message",
+        "command/done",
+        "command/run",
+        "compaction/end",
+        "compaction/prune",
+        "compaction/start",
+        "compaction/summary",
+        "feedback/record",
+        "goal/change",
+        "hook/invoked",
+        "hook/result",
+        "llm/retry",
+        "llm/retry-started",
+        "permission/preset",
+        "plan/mode",
+        "request/context",
+        "request/header",
+        "sandbox/mode",
+        "schedule/change",
+        "session/end-seed",
+        "session/title",
+        "session/title-llm-request",
+        "step/end",
+        "step/start",
+        "subagent/descriptor",
+        "team/member",
+        "team/message/delivered",
+        "team/message/queued",
+        "team/task",
+        "todo/write",
+        "tool-workflow/agent-end",
+        "tool-workflow/agent-start",
+        "tool-workflow/run-end",
+        "tool-workflow/run-start",
+        "tool/call",
+        "tool/code-dispatch",
+        "tool/code-dispatch-start",
+        "tool/result",
+        "turn/end",
+        "turn/start",
+        "user/message",
+        "web/deepseek-search-llm-request",
+    }
+)
+"""Every type this library writes plus the upstream harness's known types (a constant, 01 §2)."""
+
+LEGACY_EVENT_TYPES: Final[frozenset[str]] = frozenset({"request/header-delta", "mode/set", "steering/message"})
+"""Retired vocabulary, refused at append and on read (upgraders are out of scope)."""
+
+SURFACE_TYPES: Final[frozenset[str]] = frozenset({"user/message", "assistant/message", "tool/result"})
+"""The surface-eligible types: they must carry `surfaceOp`; no other type may."""
+
+EVENT_KEYS: Final = ("type", "seq", "time", "data", "ignorable", "sourceEventSeqs", "surfaceOp")
+_EVENT_KEY_SET: Final = frozenset(EVENT_KEYS)
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceReplace:
+    """A surface replace: shadows the current surface nodes from seq `start` through seq `end`."""
+
+    start: int
+    end: int
+
+    def to_json(self) -> FrozenDict:
+        """The stored form `{"op": "replace", "start": s, "end": e}`."""
+        return FrozenDict({"op": "replace", "start": self.start, "end": self.end})
+
+
+SurfaceOp: TypeAlias = Literal["append"] | SurfaceReplace
+
+
+class SessionEvent(FrozenDict):
+    """One committed event: a read-only mapping with typed accessors.
+
+    Equality is semantic (mapping equality); restored events keep their stored key order, events this
+    library builds use the canonical order `type, seq, time, data, ignorable, sourceEventSeqs, surfaceOp`.
+    """
+
+    __slots__ = ()
+
+    @property
+    def type(self) -> str:
+        """The event type, e.g. `turn/start`."""
+        return self["type"]  # type: ignore[return-value]
+
+    @property
+    def seq(self) -> int:
+        """The event's index in its log."""
+        return self["seq"]  # type: ignore[return-value]
+
+    @property
+    def time(self) -> int:
+        """Epoch milliseconds."""
+        return self["time"]  # type: ignore[return-value]
+
+    @property
+    def data(self) -> JsonValue:
+        """The frozen payload."""
+        return self["data"]
+
+    @property
+    def ignorable(self) -> bool:
+        """True when a reader that does not know `type` may skip the event."""
+        return self.get("ignorable") is True
+
+    @property
+    def source_event_seqs(self) -> FrozenList | None:
+        """Earlier seqs this event cites (surface-eligible types only)."""
+        return self.get("sourceEventSeqs")  # type: ignore[return-value]
+
+    @property
+    def surface_op(self) -> SurfaceOp | None:
+        """`"append"`, a `SurfaceReplace`, or None for log-only events."""
+        op = self.get("surfaceOp")
+        if op is None:
+            return None
+        if op == "append":
+            return "append"
+        assert isinstance(op, dict)
+        return SurfaceReplace(op["start"], op["end"])  # type: ignore[arg-type]
+
+
+def make_event(
+    type: str,
+    seq: int,
+    time: int,
+    data: JsonValue,
+    *,
+    ignorable: bool = False,
+    source_event_seqs: FrozenList | None = None,
+    surface_op: JsonValue = None,
+) -> SessionEvent:
+    """Build an event in canonical key order from already-frozen parts."""
+    fields: dict[str, JsonValue] = {"type": type, "seq": seq, "time": time, "data": data}
+    if ignorable:
+        fields["ignorable"] = True
+    if source_event_seqs is not None:
+        fields["sourceEventSeqs"] = source_event_seqs
+    if surface_op is not None:
+        fields["surfaceOp"] = surface_op
+    return SessionEvent(fields)
+
+
+# --------------------------------------------------------------------------------------------------
+# Envelope
+
+
+def envelope_problem(record: Mapping[str, Any]) -> str | None:
+    """Check the top-level keys and their types; None when the envelope is valid."""
+    for key in record:
+        if key not in _EVENT_KEY_SET:
+            return f"unknown envelope key {key!r}"
+    kind = record.get("type")
+    if type(kind) is not str or not kind:
+        return "type must be a non-empty string"
+    seq: Any = record.get("seq")
+    if not (is_safe_int(seq) and seq >= 0):
+        return "seq must be a non-negative safe integer"
+    if not is_safe_int(record.get("time")):
+        return "time must be a safe integer"
+    if "data" not in record:
+        return "data is required"
+    if "ignorable" in record and record["ignorable"] is not True:
+        return "ignorable may only be the literal true"
+    surface = kind in SURFACE_TYPES
+    if "surfaceOp" in record:
+        if not surface:
+            return f'session event "{kind}" is log-only and must not carry a surfaceOp'
+        op = record["surfaceOp"]
+        if op != "append" and not _is_replace(op):
+            return 'surfaceOp must be "append" or {"op":"replace","start":s,"end":e}'
+    if "sourceEventSeqs" in record:
+        if not surface:
+            return f'session event "{kind}" is log-only and must not carry sourceEventSeqs'
+        problem = _source_seqs_problem(kind, seq, record["sourceEventSeqs"])
+        if problem is not None:
+            return problem
+    return None
+
+
+def _is_replace(op: object) -> bool:
+    return (
+        isinstance(op, dict)
+        and len(op) == 3
+        and op.get("op") == "replace"
+        and is_safe_int(op.get("start"))
+        and is_safe_int(op.get("end"))
+    )
+
+
+def _source_seqs_problem(kind: str, seq: int, seqs: object) -> str | None:
+    if not isinstance(seqs, list):
+        return "sourceEventSeqs must be an array of seqs"
+    if not seqs and kind != "assistant/message":
+        return f'sourceEventSeqs of "{kind}" must not be empty'
+    seen: set[int] = set()
+    for value in seqs:
+        if not (is_safe_int(value) and 0 <= value < seq):
+            return f"sourceEventSeqs entries must be earlier seqs (below {seq}), got {value!r}"
+        if value in seen:
+            return f"sourceEventSeqs entries must be distinct, {value} repeats"
+        seen.add(value)
+    return None
+
+
+def legacy_problem(kind: str, data: object) -> str | None:
+    """Name the retired vocabulary `kind`/`data` uses, or None (checked at append and on read)."""
+    if kind in LEGACY_EVENT_TYPES:
+        return f'event type "{kind}" belongs to a retired vocabulary'
+    if kind == "request/header" and isinstance(data, dict) and data.get("reason") == "fallback":
+        return 'event "request/header" with reason "fallback" belongs to a retired vocabulary'
+    if kind in SURFACE_TYPES and isinstance(data, dict):
+        message = data if kind == "user/message" else data.get("message")
+        if isinstance(message, dict) and "id" not in message and "role" in message:
+            return f'event "{kind}" carries a pre-identity message (no id), a retired shape'
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Data shapes (01 §3). Each checker returns a problem text or None; extra keys are tolerated.
+
+
+def _int_field(data: Mapping[str, Any], key: str) -> str | None:
+    value: Any = data.get(key)
+    if not (is_safe_int(value) and value >= 0):
+        return f"{key} must be a non-negative safe integer"
+    return None
+
+
+def _turn_step(data: Mapping[str, Any]) -> str | None:
+    return _int_field(data, "turn") or _int_field(data, "step")
+
+
+def _is_obj(value: object) -> bool:
+    return isinstance(value, dict)
+
+
+def _nonempty_str(value: object) -> bool:
+    return type(value) is str and bool(value)
+
+
+def _frame_problem(message: Any, role: str) -> str | None:
+    if not _is_obj(message):
+        return "message must be an object"
+    if not _nonempty_str(message.get("id")):
+        return "message id must be a non-empty string"
+    if message.get("role") != role:
+        return f'message role must be "{role}"'
+    content = message.get("content")
+    if not isinstance(content, list):
+        return "message content must be an array of blocks"
+    for index, block in enumerate(content):
+        if not (_is_obj(block) and _nonempty_str(block.get("type"))):
+            return f"message content[{index}] must be a block with a type"
+    source: Any = message.get("source")
+    if not (_is_obj(source) and _nonempty_str(source.get("kind"))):
+        return "message source must be an object with a non-empty kind"
+    return None
+
+
+def _check_turn_start(data: Any) -> str | None:
+    return None if _is_obj(data) and _int_field(data, "turn") is None else "data must be {turn}"
+
+
+def _check_turn_end(data: Any) -> str | None:
+    if not _is_obj(data) or _int_field(data, "turn") is not None:
+        return "data must be {turn, reason}"
+    reason = data.get("reason")
+    if not (_is_obj(reason) and _nonempty_str(reason.get("kind"))):
+        return "turn/end reason must be an object with a non-empty kind"
+    kind = reason["kind"]
+    if kind == "aborted":
+        cause = reason.get("reason")
+        if not (_is_obj(cause) and _nonempty_str(cause.get("kind"))):
+            return "an aborted turn/end reason must carry reason {kind}"
+    elif kind == "error":
+        error = reason.get("error")
+        if not (_is_obj(error) and type(error.get("message")) is str and type(error.get("code")) is str):
+            return "an error turn/end reason must carry error {message, code}"
+    return None
+
+
+def _check_step(data: Any) -> str | None:
+    return None if _is_obj(data) and _turn_step(data) is None else "data must be {turn, step}"
+
+
+def _check_user_message(data: Any) -> str | None:
+    return _frame_problem(data, "user")
+
+
+def _check_chunk(data: Any) -> str | None:
+    if not _is_obj(data) or _turn_step(data) is not None:
+        return "data must be {turn, step, chunk}"
+    chunk = data.get("chunk")
+    if not (_is_obj(chunk) and _nonempty_str(chunk.get("type"))):
+        return "assistant/chunk chunk must be an object with a type"
+    return None
+
+
+def _check_assistant_message(data: Any) -> str | None:
+    if not _is_obj(data) or _turn_step(data) is not None:
+        return "data must be {turn, step, message}"
+    message: Any = data.get("message")
+    problem = _frame_problem(message, "assistant")
+    if problem is not None:
+        return problem
+    source = message["source"]
+    if source.get("kind") != "model":
+        return 'assistant message source kind must be "model"'
+    if type(source.get("provider")) is not str or type(source.get("model")) is not str:
+        return "assistant message source must name provider and model"
+    if "usage" in data and not _is_obj(data["usage"]):
+        return "assistant/message usage must be an object"
+    if "interrupted" in data and data["interrupted"] is not True:
+        return "assistant/message interrupted may only be true"
+    return None
+
+
+def _check_tool_call(data: Any) -> str | None:
+    if not _is_obj(data) or _turn_step(data) is not None:
+        return "data must be {turn, step, callId, name, arguments}"
+    if not _nonempty_str(data.get("callId")):
+        return "tool/call callId must be a non-empty string"
+    if type(data.get("name")) is not str:
+        return "tool/call name must be a string"
+    if type(data.get("arguments")) is not str:
+        return "tool/call arguments must be the raw JSON text (a string)"
+    return None
+
+
+def _check_tool_result(data: Any) -> str | None:
+    if not _is_obj(data) or _turn_step(data) is not None:
+        return "data must be {turn, step, message}"
+    message: Any = data.get("message")
+    problem = _frame_problem(message, "user")
+    if problem is not None:
+        return problem
+    source = message["source"]
+    if source.get("kind") != "tool" or not _nonempty_str(source.get("callId")):
+        return 'tool result source must be {kind: "tool", callId}'
+    content = message["content"]
+    if len(content) != 1 or content[0].get("type") != "tool-result":
+        return "tool result content must be exactly one tool-result block"
+    block = content[0]
+    if block.get("toolCallId") != source["callId"]:
+        return "tool-result toolCallId must equal source.callId"
+    if not isinstance(block.get("content"), list):
+        return "tool-result content must be an array of blocks"
+    if "isError" in block and type(block["isError"]) is not bool:
+        return "tool-result isError must be a boolean"
+    if "error" in data:
+        error = data["error"]
+        if not (_is_obj(error) and type(error.get("name")) is str and type(error.get("code")) is str):
+            return "tool/result error must be {name, code}"
+    return None
+
+
+def _check_request_context(data: Any) -> str | None:
+    if not (_is_obj(data) and type(data.get("provider")) is str and type(data.get("model")) is str):
+        return "data must be {provider, model, contextWindow?}"
+    if "contextWindow" in data and not (is_safe_int(data["contextWindow"]) and data["contextWindow"] >= 0):
+        return "request/context contextWindow must be a non-negative safe integer"
+    return None
+
+
+def _check_object(data: Any) -> str | None:
+    return None if _is_obj(data) else "data must be an object"
+
+
+_CHECKS: Final[dict[str, Callable[[Any], str | None]]] = {
+    "turn/start": _check_turn_start,
+    "turn/end": _check_turn_end,
+    "step/start": _check_step,
+    "step/end": _check_step,
+    "user/message": _check_user_message,
+    "assistant/chunk": _check_chunk,
+    "assistant/message": _check_assistant_message,
+    "tool/call": _check_tool_call,
+    "tool/result": _check_tool_result,
+    "request/context": _check_request_context,
+    "session/end-seed": _check_object,
+}
+
+
+def data_problem(kind: str, data: object) -> str | None:
+    """Check the data shape of a checked core type; opaque and foreign types always pass."""
+    check = _CHECKS.get(kind)
+    if check is None:
+        return None
+    problem = check(data)
+    return None if problem is None else f'session event "{kind}" has invalid data: {problem}'

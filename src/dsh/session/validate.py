@@ -1,0 +1,90 @@
+"""Whole-log validation shared by constructor seeds and the persistence read pipeline.
+
+Layer: session. The same per-event rules as a live append (envelope, vocabulary, data shapes,
+contiguous seqs, surface fold), reported as a `LogProblem` so each caller words its own error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
+from dsh.session.surface import Surface, SurfacePlan
+
+__all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
+
+ProblemKind = Literal["envelope", "seq", "legacy", "unknown", "data", "surface"]
+
+
+@dataclass(frozen=True, slots=True)
+class LogProblem:
+    """The first defect of a log: where, which rule, and the rule's message."""
+
+    index: int
+    kind: ProblemKind
+    message: str
+    found_seq: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A reason an intact log cannot be interpreted by this build (format-unsupported)."""
+
+    index: int
+    kind: Literal["unknown", "legacy"]
+    event_type: str
+    message: str
+
+
+def first_refusal(records: Sequence[Mapping[str, Any]]) -> Refusal | None:
+    """The first unknown non-ignorable type, else the first retired-vocabulary event, by position."""
+    legacy: Refusal | None = None
+    for index, record in enumerate(records):
+        kind = record.get("type")
+        if type(kind) is not str:
+            continue
+        if kind not in KNOWN_EVENT_TYPES:
+            if record.get("ignorable") is not True:
+                return Refusal(index, "unknown", kind, f'unknown event type "{kind}"')
+            continue
+        if legacy is None:
+            problem = legacy_problem(kind, record.get("data"))
+            if problem is not None:
+                legacy = Refusal(index, "legacy", kind, problem)
+    return legacy
+
+
+def check_records(
+    records: Sequence[Mapping[str, Any]],
+    surface: Surface,
+    *,
+    known_only: bool = True,
+) -> LogProblem | None:
+    """Validate `records` as a log from seq 0, folding `surface` as it goes.
+
+    On a problem the surface holds the fold of the valid prefix only.
+    """
+    for index, record in enumerate(records):
+        problem = envelope_problem(record)
+        if problem is not None:
+            return LogProblem(index, "envelope", problem)
+        kind: str = record["type"]
+        data = record["data"]
+        if kind not in KNOWN_EVENT_TYPES:
+            if known_only and record.get("ignorable") is not True:
+                return LogProblem(index, "unknown", f'unknown event type "{kind}"')
+        else:
+            problem = legacy_problem(kind, data) or data_problem(kind, data)
+            if problem is not None:
+                return LogProblem(index, "data", problem)
+        seq = record["seq"]
+        if seq != index:
+            return LogProblem(index, "seq", f"session event seq {seq} is not contiguous; expected {index}", seq)
+        plan = surface.plan(record, records)
+        if isinstance(plan, str):
+            return LogProblem(index, "surface", plan)
+        if isinstance(plan, SurfacePlan):
+            surface.commit(plan)
+    return None
