@@ -121,7 +121,8 @@ class _EnvironmentSource(PydanticBaseSettingsSource):
                 if value is None:
                     continue
                 try:
-                    parsed[field] = TypeAdapter(info.annotation).validate_strings(value)
+                    adapter: TypeAdapter[Any] = TypeAdapter(info.annotation or str)
+                    parsed[field] = adapter.validate_strings(value)
                 except ValidationError as error:
                     raise ConfigError(_describe(error, f"environment variable {name}")) from None
             if parsed:
