@@ -14,6 +14,20 @@ Class tree (module in parentheses):
     ├── AbortError                             dsh.abort
     ├── SessionError                           dsh.session.errors
     │   └── SessionForkError                   dsh.session.errors
+    ├── SessionPersistenceError (family)       dsh.persistence.errors
+    │   ├── SessionNotFoundError
+    │   ├── SessionFormatUnsupportedError
+    │   ├── SessionCorruptionError
+    │   ├── SessionAlreadyExistsError
+    │   ├── SessionLiveError
+    │   ├── AppendConflictError
+    │   ├── LeaseHeldError
+    │   ├── LeaseLostError
+    │   ├── StoreFormatUnsupportedError
+    │   ├── StoreMisconfiguredError
+    │   ├── PersistenceIOError
+    │   ├── PersistenceClosedError
+    │   └── OperationCancelledError
     └── (later layers add their families here)
 
 Codes (each listed once; the meaning is the one failure kind the code names):
@@ -32,6 +46,17 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     SESSION_NOT_FOUND                        no session with that id exists (live or stored)
     INVALID_BOUNDARY                         a fork boundary is not a valid event seq of the source
     OPEN_TURN                                a fork boundary falls inside an open turn
+    SESSION_FORMAT_UNSUPPORTED               an intact stored log uses a format this build cannot read
+    SESSION_CORRUPT                          a stored log was read but failed validation
+    SESSION_LIVE                             a stored session cannot be prepared while it is live here
+    APPEND_SEQ_MISMATCH                      a batch does not start at the stored next seq
+    SESSION_LEASE_HELD                       another process or host is the session's writer
+    SESSION_LEASE_LOST                       this host was fenced out of a session it was writing
+    STORE_FORMAT_UNSUPPORTED                 the store's schema or application id is foreign or unknown
+    STORE_MISCONFIGURED                      the store location is unusable as configured
+    PERSISTENCE_IO                           an OS or database driver operation failed
+    PERSISTENCE_CLOSED                       the persistence coordinator was closed
+    OPERATION_CANCELLED                      a persistence read observed the caller's aborted signal
 """
 
 from __future__ import annotations

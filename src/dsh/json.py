@@ -194,7 +194,7 @@ def _scalar_problem(value: object, mode: int) -> tuple[str | None, object]:
     return f"{t.__name__} is not a JSON type", value
 
 
-def _convert(value: object, path: str, max_depth: int, mode: int) -> JsonValue:
+def _convert(value: object, path: str, max_depth: int, mode: int, root: type[FrozenDict] = FrozenDict) -> JsonValue:
     """The one iterative walk behind `freeze`, `adopt` and `is_json` (no recursion, any depth)."""
     if type(value) not in _CONTAINERS:
         problem, scalar = _scalar_problem(value, mode)
@@ -214,7 +214,8 @@ def _convert(value: object, path: str, max_depth: int, mode: int) -> JsonValue:
             ancestors.discard(id(frame.src))
             done: Any = None
             if build:
-                done = FrozenDict(frame.out) if frame.is_dict else FrozenList(frame.out)
+                container = (root if not stack else FrozenDict) if frame.is_dict else FrozenList
+                done = container(frame.out)
             if not stack:
                 return done  # type: ignore[no-any-return]
             parent = stack[-1]
@@ -273,13 +274,14 @@ def freeze(value: object, *, max_depth: int = MAX_DEPTH, path: str = "$") -> Jso
     return _convert(value, path, max_depth, _MODE_FREEZE)
 
 
-def adopt(parsed: object, *, path: str = "$") -> JsonValue:
+def adopt(parsed: object, *, path: str = "$", root: type[FrozenDict] = FrozenDict) -> JsonValue:
     """Freeze freshly parsed data under the read-side rules.
 
     Integers within signed 64 bits are tolerated (a foreign writer may store them) and `-0.0` reads
-    as `0.0`. No depth cap applies: the parser already bounded it.
+    as `0.0`. No depth cap applies: the parser already bounded it. `root` chooses the class of a
+    top-level object (a `FrozenDict` subclass such as `SessionEvent`), saving one copy.
     """
-    return _convert(parsed, path, 1 << 30, _MODE_ADOPT)
+    return _convert(parsed, path, 1 << 30, _MODE_ADOPT, root)
 
 
 def is_json(value: object) -> bool:

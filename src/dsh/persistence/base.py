@@ -1,0 +1,319 @@
+"""The persistence contract: what the rest of dsh sees, and the hooks a storage backend implements.
+
+Layer: persistence. `SessionPersistence` is the service (`Services.persistence`), implemented by
+`PersistenceCoordinator` on top of one `StorageBackend`. Backends see stored facts only — the
+stored header record, seqs, types, times and JSON payloads — and implement storage; the coordinator
+owns orchestration (write-behind batching, per-id serialization, crash repair, the prepared LRU)
+and every logical validation, so each rule is written once, above the backends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Final, NewType, Protocol
+
+from dsh.json import FrozenDict
+from dsh.session.events import SessionEvent
+from dsh.session.header import SessionHeader
+
+if TYPE_CHECKING:
+    from dsh.abort import AbortSignal
+    from dsh.session.session import Session
+
+__all__ = [
+    "Capability",
+    "DamagedSession",
+    "EventSlice",
+    "Fence",
+    "PersistenceObservation",
+    "PreparedSession",
+    "Revision",
+    "SessionListing",
+    "SessionPersistence",
+    "StorageBackend",
+    "StoredLog",
+    "StoredSessionInfo",
+    "TornMarker",
+    "first_oversized_int",
+]
+
+Revision = NewType("Revision", str)
+"""An opaque token: equal while a log and its store are unchanged; compare with `==` only."""
+
+
+class Capability(StrEnum):
+    """Optional abilities a backend declares explicitly (never guessed from its methods)."""
+
+    TYPED_READS = "typed-reads"
+    LEASES = "leases"
+    ARTIFACT_PATHS = "artifact-paths"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSessionInfo:
+    """One `list()` row: stored header facts only (logical header, never the integer cut)."""
+
+    header: SessionHeader
+    revision: Revision
+
+
+@dataclass(frozen=True, slots=True)
+class DamagedSession:
+    """A stored session left out of a listing because its header cannot be read."""
+
+    location: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionListing:
+    """The result of `list()`: rows sorted by `(created_at, id)` plus the damaged sessions."""
+
+    rows: list[StoredSessionInfo] = field(default_factory=list)
+    damaged: list[DamagedSession] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[StoredSessionInfo]:
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class PersistenceObservation:
+    """What `inspect()` returns: a balanced, deeply immutable logical log and its exact cut."""
+
+    header: SessionHeader
+    events: Sequence[SessionEvent]
+    inherited_event_count: int
+    revision: Revision | None
+    live: bool
+    synthetic_tail: int
+
+    def is_own_seq(self, seq: int) -> bool:
+        """True when `seq` lies in the own suffix."""
+        return seq >= self.inherited_event_count
+
+
+@dataclass(frozen=True, slots=True)
+class EventSlice:
+    """What `read_events()` returns: stored events with `seq >= from_seq` (optionally typed)."""
+
+    header: SessionHeader
+    inherited_event_count: int
+    revision: Revision
+    next_seq: int
+    events: Sequence[SessionEvent]
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A writer token: a lease holder and its generation (PostgreSQL)."""
+
+    session_id: str
+    holder: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class TornMarker:
+    """Where a torn tail starts and the complete records recovered from a torn final frame."""
+
+    truncate_to: int
+    recovered_events: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLog:
+    """A backend's `load` result: the stored header record and the parsed records of the valid prefix.
+
+    Attributes:
+        header: The stored header record (backends check `version` first).
+        events: Parsed records, not yet logically validated; the coordinator validates them.
+        revision: The revision of exactly this prefix.
+        torn: Present iff a torn tail must be removed before the next write.
+        first_unknown: Typed reads: the first unknown non-ignorable `(type, seq)` anywhere in the log.
+        oversized_int_at: Index of the first record holding an integer outside signed 64 bits.
+        location: The artifact path, when the backend has one.
+    """
+
+    header: Mapping[str, Any]
+    events: list[dict[str, Any]]
+    revision: Revision
+    torn: TornMarker | None = None
+    first_unknown: tuple[str, int] | None = None
+    oversized_int_at: int | None = None
+    location: str | None = None
+
+
+class StorageBackend(Protocol):
+    """Storage hooks; every method but `locate` is async and blocking work runs off the loop."""
+
+    name: str
+    capabilities: frozenset[Capability]
+
+    async def open(self) -> None:
+        """Prepare the store (create or check the schema, sweep stale temp files)."""
+
+    async def list_headers(
+        self, *, parent_session: str | None
+    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+        """Stored header records with their revisions, never reading event bodies."""
+        ...
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether anything is stored under the id."""
+        ...
+
+    async def load(self, session_id: str) -> StoredLog | None:
+        """The whole stored log, or None when nothing is stored."""
+        ...
+
+    async def load_typed(
+        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
+    ) -> StoredLog | None:
+        """Only the records with `seq >= from_seq` and a type in `types` (`TYPED_READS` only)."""
+        ...
+
+    async def read_revision(self, session_id: str) -> Revision | None:
+        """The current revision (one stat plus the last 4 KiB, or one row), or None."""
+        ...
+
+    async def append_batch(
+        self, header: FrozenDict, events: Sequence[SessionEvent], *, materialized: bool, fence: Fence | None
+    ) -> Revision:
+        """Durably append `events` (all or nothing); materialize header + batch when not yet stored."""
+        ...
+
+    async def commit_repair(
+        self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[SessionEvent], *, fence: Fence | None
+    ) -> Revision:
+        """Remove the torn tail (if any) and append `closers` as one batch."""
+        ...
+
+    async def acquire(self, session_id: str) -> Fence | None:
+        """Take the session's writer lock or lease (`SESSION_LEASE_HELD` if another holds it)."""
+        ...
+
+    async def release(self, session_id: str) -> None:
+        """Release the writer lock or lease taken by `acquire`."""
+
+    def locate(self, header: Mapping[str, Any]) -> str | None:
+        """The artifact path of a stored header without I/O, or None."""
+        ...
+
+    async def close(self) -> None:
+        """Release every resource."""
+
+
+class PreparedSession(Protocol):
+    """A stored session reserved for resume: holds the writer, the unpublished session and its read.
+
+    An async context manager; `close()` is idempotent and, if the session was never published,
+    retires it, returns the observation to the prepared LRU and releases the writer.
+    """
+
+    @property
+    def session(self) -> Session:
+        """The unpublished session built from the repaired log."""
+        ...
+
+    @property
+    def observation(self) -> PersistenceObservation:
+        """The (repaired) observation the session was built from, with its exact cut."""
+        ...
+
+    def publish(self) -> Session:
+        """Publish the session in its store (persistence attaches it)."""
+        ...
+
+    async def close(self) -> None:
+        """Release the reservation (see class docs)."""
+
+    async def __aenter__(self) -> PreparedSession:
+        """Enter the reservation."""
+        ...
+
+    async def __aexit__(self, *exc: object) -> None:
+        """`close()`."""
+
+
+class SessionPersistence(Protocol):
+    """The persistence service the rest of dsh sees (`Services.persistence`)."""
+
+    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
+        """Stored sessions from header facts only."""
+        ...
+
+    async def inspect(self, session_id: str, *, signal: AbortSignal | None = None) -> PersistenceObservation:
+        """A non-mutating full read (the live view for a live id)."""
+        ...
+
+    async def read_events(
+        self,
+        session_id: str,
+        *,
+        types: Collection[str] | None = None,
+        from_seq: int = 0,
+        signal: AbortSignal | None = None,
+    ) -> EventSlice:
+        """A physical storage read: no closers, no live view, no caching."""
+        ...
+
+    async def prepare(self, session_id: str, *, signal: AbortSignal | None = None) -> PreparedSession:
+        """The only resume path: lock, repair durably, and build an unpublished session."""
+        ...
+
+    async def revision(self, session_id: str, *, signal: AbortSignal | None = None) -> Revision | None:
+        """The current stored revision, or None."""
+        ...
+
+    async def drain(self, session_id: str) -> None:
+        """Wait until every event handed over for the id is durable or has failed."""
+
+    def locate(self, header: SessionHeader) -> str | None:
+        """The artifact path for a header, without I/O."""
+        ...
+
+    async def close(self) -> None:
+        """Drain, release writers and close the backend."""
+
+
+_LONG_DIGIT_RUN: Final = re.compile(rb"\d{19}")
+_I64_MIN: Final = -(2**63)
+_I64_MAX: Final = 2**63 - 1
+
+
+class _IntOutOfRangeError(ValueError):
+    pass
+
+
+def _check_int(text: str) -> int:
+    value = int(text)
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise _IntOutOfRangeError(text)
+    return value
+
+
+def first_oversized_int(lines: Sequence[bytes]) -> int | None:
+    """Index of the first JSON line holding an integer outside signed 64 bits, else None.
+
+    `orjson` silently turns such integers into floats, which would change stored data. A digit run of
+    19+ characters is the only way to spell one, so a fast byte scan finds candidates and the
+    standard library parser (whose `parse_int` hook sees every integer token) decides precisely.
+    """
+    for index, line in enumerate(lines):
+        if _LONG_DIGIT_RUN.search(line) is None:
+            continue
+        try:
+            json.loads(line, parse_int=_check_int)
+        except _IntOutOfRangeError:
+            return index
+        except ValueError:
+            continue
+    return None
