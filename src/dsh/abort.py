@@ -13,7 +13,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Generator
-from typing import Any, ClassVar
+from typing import Any, Final
 
 from dsh.errors import DshError
 
@@ -42,12 +42,10 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 class AbortSignal:
     """Read side of an abort: state, reason, callbacks and awaiting."""
 
-    _NEVER: ClassVar[AbortSignal | None] = None
-
     def __init__(self, *, _loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._aborted = False
         self._reason: object = None
-        self._callbacks: list[Callable[[object], None]] = []
+        self._callbacks: list[_Callback] = []
         self._waiters: list[asyncio.Future[object]] = []
         self._loop = _loop if _loop is not None else _running_loop()
         self._thread = threading.get_ident()
@@ -78,12 +76,17 @@ class AbortSignal:
             if not self._aborted:
                 if self._never:
                     return _noop
-                self._callbacks.append(fn)
+                # A fresh cell per registration, so the remover takes out exactly this one even
+                # when the same function (or an equal bound method) is registered twice.
+                entry = _Callback(fn)
+                self._callbacks.append(entry)
 
                 def remove() -> None:
                     with self._lock:
-                        if fn in self._callbacks:
-                            self._callbacks.remove(fn)
+                        for index, item in enumerate(self._callbacks):
+                            if item is entry:
+                                del self._callbacks[index]
+                                break
 
                 return remove
         _run_callback(fn, self._reason)
@@ -95,6 +98,9 @@ class AbortSignal:
             return self._reason
         loop = asyncio.get_running_loop()
         future: asyncio.Future[object] = loop.create_future()
+        if self._never:
+            # The shared never-aborting signal keeps no waiter list (it is shared across loops).
+            return await future
         with self._lock:
             # Re-checked under the lock: another thread may have aborted since the fast path.
             if self.aborted:
@@ -120,20 +126,21 @@ class AbortSignal:
             waiters, self._waiters = self._waiters, []
         loop = self._loop
         on_owner = loop is None or _running_loop() is loop or threading.get_ident() == self._thread
-        if on_owner:
-            _settle(callbacks, waiters, reason)
-        else:
+        if not on_owner:
             assert loop is not None
-            loop.call_soon_threadsafe(_settle, callbacks, waiters, reason)
+            try:
+                loop.call_soon_threadsafe(_settle, callbacks, waiters, reason)
+                return
+            except RuntimeError:
+                # The owning loop is closed: nothing will ever run there again, so the callbacks
+                # run here rather than never (waiters of a closed loop cannot be woken anyway).
+                pass
+        _settle(callbacks, waiters, reason)
 
     @staticmethod
     def none() -> AbortSignal:
         """A shared signal that never aborts."""
-        if AbortSignal._NEVER is None:
-            never = AbortSignal(_loop=None)
-            never._never = True
-            AbortSignal._NEVER = never
-        return AbortSignal._NEVER
+        return _NEVER
 
     @staticmethod
     def aborted_with(reason: object = None) -> AbortSignal:
@@ -173,6 +180,15 @@ def _noop() -> None:
     return None
 
 
+class _Callback:
+    """One registration: identity distinguishes two registrations of the same function."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[object], None]) -> None:
+        self.fn = fn
+
+
 def _run_callback(fn: Callable[[object], None], reason: object) -> None:
     try:
         fn(reason)
@@ -180,16 +196,20 @@ def _run_callback(fn: Callable[[object], None], reason: object) -> None:
         _log.exception("abort callback raised")
 
 
-def _settle(callbacks: list[Callable[[object], None]], waiters: list[asyncio.Future[object]], reason: object) -> None:
-    for fn in callbacks:
-        _run_callback(fn, reason)
+def _settle(callbacks: list[_Callback], waiters: list[asyncio.Future[object]], reason: object) -> None:
+    for entry in callbacks:
+        _run_callback(entry.fn, reason)
     running = _running_loop()
     for future in waiters:
         owner = future.get_loop()
         if owner is running:
             _resolve(future, reason)
-        else:
+            continue
+        try:
             owner.call_soon_threadsafe(_resolve, future, reason)
+        except RuntimeError:
+            # A waiter of a closed loop: that loop will never resume it.
+            _log.debug("abort: a waiter's loop is closed; it cannot be woken")
 
 
 def _resolve(future: asyncio.Future[object], reason: object) -> None:
@@ -206,3 +226,13 @@ class AbortController:
     def abort(self, reason: object = None) -> None:
         """Abort the signal; idempotent, the first reason wins (default `AbortError("aborted")`)."""
         self.signal._abort(AbortError() if reason is None else reason)
+
+
+def _never_signal() -> AbortSignal:
+    signal = AbortSignal(_loop=None)
+    signal._never = True
+    return signal
+
+
+_NEVER: Final = _never_signal()
+"""The one shared never-aborting signal (immutable in effect: it refuses aborts and registrations)."""

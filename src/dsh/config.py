@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -120,9 +120,13 @@ class _EnvironmentSource(PydanticBaseSettingsSource):
                 value = env.get(name)
                 if value is None:
                     continue
+                # The field's constraints (ge/le ...) travel with its type, so a value that parses
+                # but is out of range is refused here, naming the variable the person typed.
+                target: Any = info.annotation or str
+                if info.metadata:
+                    target = Annotated[(target, *info.metadata)]
                 try:
-                    adapter: TypeAdapter[Any] = TypeAdapter(info.annotation or str)
-                    parsed[field] = adapter.validate_strings(value)
+                    parsed[field] = TypeAdapter(target).validate_strings(value)
                 except ValidationError as error:
                     raise ConfigError(_describe(error, f"environment variable {name}")) from None
             if parsed:

@@ -28,7 +28,11 @@ Class tree (module in parentheses):
     │   ├── PersistenceIOError
     │   ├── PersistenceClosedError
     │   └── OperationCancelledError
-    └── (later layers add their families here)
+    ├── ProjectionError                        dsh.projection.errors
+    ├── SessionQueryError                      dsh.query.errors
+    ├── SubagentError                          dsh.subagent.errors
+    ├── SubagentDescriptorError (ValueError)   dsh.subagent.errors
+    └── SubagentDepthError                     dsh.subagent.errors
 
 Codes (each listed once; the meaning is the one failure kind the code names):
 
@@ -57,6 +61,41 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     PERSISTENCE_IO                           an OS or database driver operation failed
     PERSISTENCE_CLOSED                       the persistence coordinator was closed
     OPERATION_CANCELLED                      a persistence read observed the caller's aborted signal
+    PROJECTION_INVALID_UNIT                  a projection unit definition is malformed
+    PROJECTION_VERSION_CONFLICT              a projection key is registered with another version or visibility
+    PROJECTION_UNIT_FAILED                   a selected projection unit raised and is disabled for the session
+    PROJECTION_INVALID_VIEW                  a rendered client view failed its schema or is not plain JSON
+    PROJECTION_INVALID_STATE                 a checkpointed state failed the unit's state schema
+    PROJECTION_REREAD_REQUIRED               a checkpoint cannot seed a fold from the given tail
+    PROJECTION_CACHE_UNAVAILABLE             the projection cache storage refused to open
+    PROJECTION_CACHE_STORAGE_FAILED          a projection cache read or write failed
+    PROJECTION_CACHE_NOT_JSON                a checkpoint is not losslessly JSON-serializable
+    SESSION_QUERY_ABORTED                    a query observed the caller's aborted signal
+    SESSION_QUERY_SESSION_NOT_FOUND          the queried id is neither live nor persisted
+    SESSION_QUERY_CORRUPT_SESSION            the observed stored log is corrupt or its cut is inconsistent
+    SESSION_QUERY_UNSUPPORTED_FORMAT         the observed stored log uses a format this build cannot read
+    SESSION_QUERY_PERSISTENCE_FAILED         a persistence listing or inspection failed for another reason
+    SESSION_QUERY_SOURCE_CONFLICT            sources disagree about one id's lifecycle
+    SESSION_QUERY_INVALID_WINDOW             a history page's before_seq is not a non-negative integer
+    SESSION_QUERY_INVALID_LIMIT              a history page's max_messages is out of range
+    SESSION_QUERY_INVALID_LINEAGE            parentSession links form a cycle
+    SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE   listing subagents without a projection registry
+    SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE listing subagents without a session store
+    SUBAGENT_CONTROL_QUERY_UNAVAILABLE         listing subagents without a session query service
+    CANCELLED                                  a subagent listing observed caller cancellation
+    DUPLICATE_PROVIDER                         a subagent provider name is already registered
+    NO_PROVIDER                                a subagent provider name is not registered
+    UNSUPPORTED_CAPABILITY                     a subagent provider lacks a requested capability
+    CONTINUATION_UNAVAILABLE                   continuable subagents need the live agent registry
+    PERSISTENCE_UNAVAILABLE                    continuable subagents need session persistence
+    DUPLICATE_CHILD                            a continuable child id is already live or stored
+    DRAINING                                   subagent admission is closed while the runtime drains
+    ACTIVATION_CLOSING                         the target activation is being disposed
+    UNAUTHORIZED                               delivery or interrupt authority failed
+    NOT_RESUMABLE                              a subagent has no supported continuation state
+    ACTIVATION_TEARDOWN_FAILED                 disposing a subagent activation failed
+    SUBAGENT_DESCRIPTOR_INVALID                a persisted subagent descriptor payload is malformed
+    SUBAGENT_DEPTH_EXCEEDED                    a child would exceed the maximum delegation depth
 """
 
 from __future__ import annotations

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dsh.persistence.base import SessionPersistence
+    from dsh.projection.cache import ProjectionCache
+    from dsh.projection.registry import ProjectionRegistry
+    from dsh.query.service import SessionQuery
     from dsh.session.store import SessionStore
+    from dsh.subagent.runtime import SubagentRuntime
 
 __all__ = ["Services"]
 
@@ -22,3 +27,8 @@ class Services:
     """Services by role; a field is None when the service is not mounted."""
 
     sessions: SessionStore | None = None
+    persistence: SessionPersistence | None = None
+    projections: ProjectionRegistry | None = None
+    projection_cache: ProjectionCache | None = None
+    query: SessionQuery | None = None
+    subagents: SubagentRuntime | None = None

@@ -138,8 +138,11 @@ class StoredLog:
         revision: The revision of exactly this prefix.
         torn: Present iff a torn tail must be removed before the next write.
         first_unknown: Typed reads: the first unknown non-ignorable `(type, seq)` anywhere in the log.
-        oversized_int_at: Index of the first record holding an integer outside signed 64 bits.
+        oversized_int_at: Index (into `events`) of the first record holding an integer outside
+            signed 64 bits; such a log is format-unsupported (`orjson` would turn it into a float).
         location: The artifact path, when the backend has one.
+        next_seq: Typed reads: the stored next seq (the whole log's length), since `events` then
+            holds only the selected records. None means `len(events)` (a full load).
     """
 
     header: Mapping[str, Any]
@@ -149,6 +152,7 @@ class StoredLog:
     first_unknown: tuple[str, int] | None = None
     oversized_int_at: int | None = None
     location: str | None = None
+    next_seq: int | None = None
 
 
 class StorageBackend(Protocol):

@@ -28,6 +28,7 @@ __all__ = [
     "envelope_problem",
     "legacy_problem",
     "make_event",
+    "source_seqs_problem",
 ]
 
 KNOWN_EVENT_TYPES: Final[frozenset[str]] = frozenset(
@@ -212,7 +213,7 @@ def envelope_problem(record: Mapping[str, Any]) -> str | None:
     if "sourceEventSeqs" in record:
         if not surface:
             return f'session event "{kind}" is log-only and must not carry sourceEventSeqs'
-        problem = _source_seqs_problem(kind, seq, record["sourceEventSeqs"])
+        problem = source_seqs_problem(kind, seq, record["sourceEventSeqs"])
         if problem is not None:
             return problem
     return None
@@ -228,7 +229,8 @@ def _is_replace(op: object) -> bool:
     )
 
 
-def _source_seqs_problem(kind: str, seq: int, seqs: object) -> str | None:
+def source_seqs_problem(kind: str, seq: int, seqs: object) -> str | None:
+    """Check `sourceEventSeqs`: distinct safe seqs below `seq`, non-empty except on `assistant/message`."""
     if not isinstance(seqs, list):
         return "sourceEventSeqs must be an array of seqs"
     if not seqs and kind != "assistant/message":

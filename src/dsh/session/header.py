@@ -15,7 +15,7 @@ from typing import Final, Literal, NewType, Self
 
 import orjson
 
-from dsh.json import FrozenDict, JsonValue, is_safe_int
+from dsh.json import FrozenDict, JsonValue, is_json, is_safe_int
 from dsh.session.errors import SessionError
 
 __all__ = [
@@ -95,6 +95,10 @@ def header_problem(
         return "session header delegationDepth must be a non-negative safe integer"
     if agent_preset is not None and type(agent_preset) is not str:
         return "session header agentPreset must be a string"
+    # Header strings cross the JSON boundary too: a lone surrogate could never be written to disk.
+    for wire, value in (("cwd", cwd), ("parentSession", parent_session), ("agentPreset", agent_preset)):
+        if value is not None and not is_json(value):
+            return f"session header {wire} must be valid Unicode (it holds a lone surrogate)"
     return None
 
 

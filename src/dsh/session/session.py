@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Final, Literal, overload
 
-from dsh.json import MAX_DEPTH, FrozenDict, FrozenList, JsonValue, NotJsonError, freeze
+from dsh.json import MAX_DEPTH, FrozenDict, FrozenList, JsonValue, NotJsonError, freeze, is_safe_int
 from dsh.session.errors import SessionError
 from dsh.session.events import (
     KNOWN_EVENT_TYPES,
@@ -21,9 +21,9 @@ from dsh.session.events import (
     SurfaceOp,
     SurfaceReplace,
     data_problem,
-    envelope_problem,
     legacy_problem,
     make_event,
+    source_seqs_problem,
 )
 from dsh.session.header import SessionHeader, SessionId
 from dsh.session.surface import Surface, SurfacePlan, SurfaceView, derive_messages
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 __all__ = ["EventsView", "Session", "SessionState"]
 
 SessionState = Literal["prepared", "live", "retired"]
+
+# Known types that need no refusal check beyond membership: everything except the constructor-only
+# marker and the types whose retired shapes are recognised by their data (01 §3 legacy vocabulary).
+_PLAIN_TYPES: Final = KNOWN_EVENT_TYPES - frozenset({"session/end-seed", "request/header"}) - SURFACE_TYPES
 
 
 class EventsView(Sequence[SessionEvent]):
@@ -87,16 +91,15 @@ class Session:
         "__weakref__",
         "_clock",
         "_dispose_requested",
+        "_first_live_seq",
+        "_header",
+        "_inherited_event_count",
         "_log",
         "_publishing",
         "_request_context",
         "_state",
         "_store",
         "_surface",
-        "first_live_seq",
-        "header",
-        "id",
-        "inherited_event_count",
     )
 
     def __init__(
@@ -109,10 +112,9 @@ class Session:
         first_live_seq: int,
         clock: Callable[[], int],
     ) -> None:
-        self.id: SessionId = header.id
-        self.header = header
-        self.inherited_event_count = inherited_event_count
-        self.first_live_seq = first_live_seq
+        self._header = header
+        self._inherited_event_count = inherited_event_count
+        self._first_live_seq = first_live_seq
         self._log = log
         self._surface = surface
         self._clock = clock
@@ -127,6 +129,27 @@ class Session:
                 break
 
     # ---------------------------------------------------------------- read surface
+    # Identity, header and cut are read-only: the cut never changes on resume (01 §1.4).
+
+    @property
+    def id(self) -> SessionId:
+        """The session id (equals `header.id`)."""
+        return self._header.id
+
+    @property
+    def header(self) -> SessionHeader:
+        """The logical header (immutable; `is_seeded`, never the integer cut)."""
+        return self._header
+
+    @property
+    def inherited_event_count(self) -> int:
+        """How many leading events were copied from a parent log (the durable fork cut)."""
+        return self._inherited_event_count
+
+    @property
+    def first_live_seq(self) -> int:
+        """Length of the constructor seed or restored log: the first seq this process may write."""
+        return self._first_live_seq
 
     @property
     def state(self) -> SessionState:
@@ -150,7 +173,7 @@ class Session:
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix (`seq >= inherited_event_count`); no range check."""
-        return seq >= self.inherited_event_count
+        return seq >= self._inherited_event_count
 
     def derive_messages(self) -> tuple[FrozenDict, ...]:
         """The model messages the surface currently shows, in order."""
@@ -188,16 +211,23 @@ class Session:
                 code="SESSION_RETIRED",
                 session_id=self.id,
             )
-        self._refuse_type(type, data, ignorable)
+        # Fast path for the common case (a known, ordinary type); every other case gets the full checks.
+        if type.__class__ is not str or ignorable is not False or type not in _PLAIN_TYPES:
+            self._refuse_type(type, data, ignorable)
         try:
-            frozen = freeze(data, max_depth=MAX_DEPTH - 1, path="$")
+            # The envelope is one nesting level, so data gets one fewer than the cap.
+            frozen = freeze(data, max_depth=MAX_DEPTH - 1)
         except NotJsonError as error:
             raise NotJsonError(
                 f'session event "{type}" carries non-JSON-serializable data at {error.path}',
                 path=error.path,
                 reason=error.reason,
             ) from None
-        op_json, seqs_json = self._surface_metadata(type, surface_op, source_event_seqs)
+        seq = len(self._log)
+        op_json: JsonValue = None
+        seqs_json: FrozenList | None = None
+        if type in SURFACE_TYPES or surface_op is not None or source_event_seqs is not None:
+            op_json, seqs_json = self._surface_metadata(type, seq, surface_op, source_event_seqs)
         problem = data_problem(type, frozen)
         if problem is not None:
             raise SessionError(problem, code="INVALID_EVENT", session_id=self.id)
@@ -207,25 +237,29 @@ class Session:
                 code="APPEND_REENTRANT",
                 session_id=self.id,
             )
+        time = self._clock()
+        if not is_safe_int(time):
+            raise SessionError(
+                f"the store clock returned {time!r}; event time must be a safe integer",
+                code="INVALID_EVENT",
+                session_id=self.id,
+            )
         event = make_event(
-            type,
-            len(self._log),
-            self._clock(),
-            frozen,
-            ignorable=ignorable,
-            source_event_seqs=seqs_json,
-            surface_op=op_json,
+            type, seq, time, frozen, ignorable=ignorable, source_event_seqs=seqs_json, surface_op=op_json
         )
-        problem = envelope_problem(event)
-        if problem is not None:
-            raise SessionError(problem, code="INVALID_EVENT", session_id=self.id)
-        plan = self._surface.plan(event, self._log)
-        if isinstance(plan, str):
-            raise SessionError(plan, code="INVALID_EVENT", session_id=self.id)
+        plan: SurfacePlan | None = None
+        if op_json is not None:
+            # Plan only: a refused event must leave the surface untouched.
+            checked = self._surface.plan(event, self._log)
+            if isinstance(checked, str):
+                raise SessionError(checked, code="INVALID_EVENT", session_id=self.id)
+            plan = checked
         store = self._store if self._state == "live" else None
         if store is None:
             self._commit(event, plan)
             return event
+        # Snapshot before the commit: a listener subscribed by another listener during this
+        # publication starts with the next event, never halfway through this one.
         listeners = store._event_listener_snapshot()
         self._commit(event, plan)
         self._publishing = True
@@ -233,16 +267,18 @@ class Session:
             store._notify_event(self, event, listeners)
         finally:
             self._publishing = False
-        if self._dispose_requested:
-            self._dispose_requested = False
-            store._dispose_now(self)
+            # A dispose asked for by a listener waits until publication has unwound (01 §5.3).
+            if self._dispose_requested:
+                self._dispose_requested = False
+                store._dispose_now(self)
         return event
 
     def _commit(self, event: SessionEvent, plan: SurfacePlan | None) -> None:
         self._log.append(event)
-        self._surface.commit(plan)
-        if event.type == "request/context":
-            self._request_context = event.data  # type: ignore[assignment]
+        if plan is not None:
+            self._surface.commit(plan)
+        if event["type"] == "request/context":
+            self._request_context = event["data"]  # type: ignore[assignment]
 
     def _append_internal(self, type: str, data: JsonValue) -> SessionEvent:
         """Constructor-only append (the `session/end-seed` marker); the session is unpublished."""
@@ -251,7 +287,7 @@ class Session:
         return event
 
     def _refuse_type(self, type: object, data: object, ignorable: bool) -> None:
-        if not isinstance(type, str) or not type:
+        if type.__class__ is not str or not type:
             raise SessionError("event type must be a non-empty string", code="INVALID_EVENT", session_id=self.id)
         if ignorable is not True and ignorable is not False:
             raise SessionError("ignorable must be a bool", code="INVALID_EVENT", session_id=self.id)
@@ -272,25 +308,28 @@ class Session:
             )
 
     def _surface_metadata(
-        self, type: str, surface_op: SurfaceOp | None, source_event_seqs: Sequence[int] | None
+        self, type: str, seq: int, surface_op: SurfaceOp | None, source_event_seqs: Sequence[int] | None
     ) -> tuple[JsonValue, FrozenList | None]:
         surface = type in SURFACE_TYPES
-        if not surface and (surface_op is not None or source_event_seqs is not None):
+        if not surface:
             raise SessionError(
                 f'session event "{type}" is log-only and must not carry surfaceOp or sourceEventSeqs',
                 code="INVALID_EVENT",
                 session_id=self.id,
             )
-        op_json: JsonValue = None
-        if surface:
-            if surface_op is None or surface_op == "append":
-                op_json = "append"
-            elif isinstance(surface_op, SurfaceReplace):
-                op_json = surface_op.to_json()
-            else:
+        op_json: JsonValue
+        if surface_op is None or surface_op == "append":
+            op_json = "append"
+        elif isinstance(surface_op, SurfaceReplace):
+            if not (is_safe_int(surface_op.start) and is_safe_int(surface_op.end)):
                 raise SessionError(
-                    'surface_op must be "append" or a SurfaceReplace', code="INVALID_EVENT", session_id=self.id
+                    "surface replace start and end must be safe integer seqs", code="INVALID_EVENT", session_id=self.id
                 )
+            op_json = surface_op.to_json()
+        else:
+            raise SessionError(
+                'surface_op must be "append" or a SurfaceReplace', code="INVALID_EVENT", session_id=self.id
+            )
         seqs: FrozenList | None = None
         if source_event_seqs is not None:
             if isinstance(source_event_seqs, str | bytes) or not isinstance(source_event_seqs, Sequence):
@@ -298,4 +337,7 @@ class Session:
                     "source_event_seqs must be a sequence of seqs", code="INVALID_EVENT", session_id=self.id
                 )
             seqs = freeze(list(source_event_seqs), path="$.sourceEventSeqs")  # type: ignore[assignment]
+            problem = source_seqs_problem(type, seq, seqs)
+            if problem is not None:
+                raise SessionError(problem, code="INVALID_EVENT", session_id=self.id)
         return op_json, seqs

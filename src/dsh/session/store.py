@@ -16,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from dsh.json import MAX_DEPTH, FrozenDict, NotJsonError, freeze, is_safe_int
 from dsh.session.errors import SessionError, SessionForkError
 from dsh.session.events import SessionEvent
@@ -119,10 +121,24 @@ class SessionStore:
     ) -> Session:
         """Build an unpublished session, validating header, seed and cut (01 §5.2).
 
+        Every seed event crosses the JSON boundary (validated and copied), so the caller's objects
+        stay the caller's.
+
         Raises:
             SessionError: `SESSION_STORE_CLOSED`, `SESSION_ALREADY_EXISTS`, `INVALID_HEADER`,
                 `INVALID_SEED`.
         """
+        return self._prepare(id, header, seed, inherited_event_count, trusted_seed=False)
+
+    def _prepare(
+        self,
+        id: str | None,
+        header: HeaderInit | None,
+        seed: Sequence[Mapping[str, object]] | None,
+        inherited_event_count: int,
+        *,
+        trusted_seed: bool,
+    ) -> Session:
         self._refuse_closed()
         session_id = self._id_factory() if id is None else id
         problem = id_problem(session_id)
@@ -141,8 +157,9 @@ class SessionStore:
                 code="INVALID_SEED",
                 session_id=session_id,
             )
-        built = init.build(session_id, created_at=self._clock(), is_seeded=inherited_event_count > 0)
-        log, surface = self._admit_seed(session_id, seed)
+        stamp = self._clock() if init.created_at is None else init.created_at
+        built = init.build(session_id, created_at=stamp, is_seeded=inherited_event_count > 0)
+        log, surface = self._admit_seed(session_id, seed, trusted=trusted_seed)
         limit = len(log) if seed is not None else 0
         if inherited_event_count > limit:
             raise SessionError(
@@ -163,8 +180,14 @@ class SessionStore:
         return session
 
     def _admit_seed(
-        self, session_id: str, seed: Sequence[Mapping[str, object]] | None
+        self, session_id: str, seed: Sequence[Mapping[str, object]] | None, *, trusted: bool
     ) -> tuple[list[SessionEvent], Surface]:
+        """Freeze and validate a constructor seed; `trusted` skips the copy for a live log's events.
+
+        Only `fork` passes `trusted=True`: its prefix comes from a live session's log, whose events
+        the library built and froze itself. A caller-supplied `SessionEvent` may hold mutable data
+        (anyone can construct one), so it is frozen like any other mapping.
+        """
         surface = Surface()
         if seed is None:
             return [], surface
@@ -172,7 +195,7 @@ class SessionStore:
             raise SessionError("seed must be a sequence of events", code="INVALID_SEED", session_id=session_id)
         log: list[SessionEvent] = []
         for index, record in enumerate(seed):
-            if type(record) is SessionEvent:
+            if trusted and type(record) is SessionEvent:
                 log.append(record)
                 continue
             if not isinstance(record, Mapping):
@@ -205,21 +228,37 @@ class SessionStore:
         return log, surface
 
     def prepare_restored(
-        self, header: SessionHeader, inherited_event_count: int, events: list[SessionEvent]
+        self, header: SessionHeader, inherited_event_count: int, events: Sequence[SessionEvent]
     ) -> Session:
         """Ownership-transfer path for persistence: `events` are validated and frozen, not copied.
 
-        The list becomes the session's log. The surface is rebuilt from it, and the
+        A `list` becomes the session's log as it is (any other sequence, such as lazily frozen
+        `StoredEvents`, is materialised into one list). The surface is rebuilt from it, and the
         `session/end-seed` marker is appended unless the log already ends with one.
+
+        Raises:
+            SessionError: `SESSION_STORE_CLOSED`, `SESSION_ALREADY_EXISTS`, `INVALID_HEADER` (not a
+                `SessionHeader`), `INVALID_SEED` (cut out of range or contradicting `is_seeded`, or
+                a surface the events cannot fold).
         """
         self._refuse_closed()
+        if not isinstance(header, SessionHeader):
+            raise SessionError("header must be a SessionHeader", code="INVALID_HEADER")
         if header.id in self._live:
             raise SessionError(
                 f'session "{header.id}" already exists', code="SESSION_ALREADY_EXISTS", session_id=header.id
             )
-        if not 0 <= inherited_event_count <= len(events):
+        if type(events) is not list:
+            events = list(events)
+        if not (is_safe_int(inherited_event_count) and 0 <= inherited_event_count <= len(events)):
             raise SessionError(
-                f"inherited_event_count {inherited_event_count} exceeds the log length {len(events)}",
+                f"inherited_event_count {inherited_event_count!r} is outside 0..{len(events)} (the log length)",
+                code="INVALID_SEED",
+                session_id=header.id,
+            )
+        if header.is_seeded != (inherited_event_count > 0):
+            raise SessionError(
+                f"inherited_event_count {inherited_event_count} contradicts header isSeeded={header.is_seeded}",
                 code="INVALID_SEED",
                 session_id=header.id,
             )
@@ -377,20 +416,24 @@ class SessionStore:
         for fn in listeners:
             try:
                 result = fn(session, event)
-            except Exception:
-                _log.exception('session "%s": session/event listener raised', session.id)
+            except Exception as error:
+                _log.exception('session "%s": session/event listener raised: %r', session.id, error)
                 continue
             if result is not None and inspect.isawaitable(result):
                 self._track(session, result)
 
     def _track(self, session: Session, awaitable: Awaitable[Any]) -> None:
+        """Run an async listener's awaitable as a task the store awaits in `aclose`."""
         try:
-            task = asyncio.ensure_future(awaitable)
+            loop = asyncio.get_running_loop()
         except RuntimeError:
+            # Appending outside a running loop: there is nowhere to run the coroutine. Close it so
+            # it does not warn as never-awaited, and say so once in the log.
             if inspect.iscoroutine(awaitable):
                 awaitable.close()
             _log.error('session "%s": session/event listener returned an awaitable outside a loop', session.id)
             return
+        task = asyncio.ensure_future(awaitable, loop=loop)
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._task_done(session.id, t))
 
@@ -433,12 +476,20 @@ class SessionStore:
         prefix = events[: _fork_end(parent.id, events, boundary)]
         header = HeaderInit(cwd=parent.header.cwd, parent_session=parent.id)
         try:
-            child = self.prepare(child_id, header=header, seed=prefix, inherited_event_count=len(prefix))
+            child = self._prepare(child_id, header, prefix, len(prefix), trusted_seed=True)
             return self.publish(child)
         except SessionForkError:
             raise
         except SessionError as error:
             raise SessionForkError(error.message, code=error.code, session_id=error.session_id) from error
+
+
+def _text(value: object) -> str:
+    """Render a refused value as upstream does (JSON spelling: `true`, `1.5`), else `repr`."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
 
 
 def _fork_end(session_id: str, events: Sequence[SessionEvent], boundary: object) -> int:
@@ -449,7 +500,7 @@ def _fork_end(session_id: str, events: Sequence[SessionEvent], boundary: object)
         boundary = len(events) - 1
     if not (is_safe_int(boundary) and boundary >= 0):  # type: ignore[operator]
         raise SessionForkError(
-            f'fork boundary for session "{session_id}" must be a non-negative safe integer, got {boundary!r}',
+            f'fork boundary for session "{session_id}" must be a non-negative safe integer, got {_text(boundary)}',
             code="INVALID_BOUNDARY",
             session_id=session_id,
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
+from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, fast_check
 from dsh.session.surface import Surface, SurfacePlan
 
 __all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
@@ -66,7 +67,16 @@ def check_records(
 
     On a problem the surface holds the fold of the valid prefix only.
     """
+    nodes = surface.nodes
     for index, record in enumerate(records):
+        # Common case first: a record the fast test is certain about needs no further work (an
+        # "append" surface event just becomes a node). Anything else gets the full rules below.
+        verdict = fast_check(record, index)
+        if verdict == FAST_LOG_ONLY:
+            continue
+        if verdict == FAST_SURFACE_APPEND:
+            nodes.append(index)
+            continue
         problem = envelope_problem(record)
         if problem is not None:
             return LogProblem(index, "envelope", problem)

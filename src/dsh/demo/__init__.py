@@ -1,0 +1,1 @@
+"""Keyless demonstrations that run on the embedded default (no API key, no network)."""

@@ -1,0 +1,355 @@
+"""`PersistenceCoordinator`: the `SessionPersistence` service on top of one `StorageBackend`.
+
+Layer: persistence. The coordinator owns orchestration; backends own storage. It subscribes to the
+`SessionStore` notifications at construction: a publication attaches a prepared session or starts
+the init of a fresh one (and may veto), every committed event goes to that session's write-behind
+controller (`dsh.persistence.writer`), `flush` is the durability barrier and `disposed` retires the
+session (drain, then release the writer lock). This module holds that write side, the shared state
+and `close()`; the read and resume side (`list`, `inspect`, `read_events`, `prepare`, `revision`)
+lives in `dsh.persistence.reads`, validation in `dsh.persistence.pipeline` and the prepared LRU in
+`dsh.persistence.prepared`.
+
+Ordering: every backend operation for one id runs under that id's FIFO lock, and serialized
+operations never nest, so one id's appends, repairs, loads and lock changes happen in request
+order while different ids never wait for each other. Mutating steps run shielded: a cancelled
+caller never leaves a half-applied append or repair behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final, Self
+
+from dsh.errors import ConfigError
+from dsh.persistence.base import Capability, StorageBackend
+from dsh.persistence.errors import AppendConflictError, PersistenceClosedError, SessionAlreadyExistsError
+from dsh.persistence.pipeline import ValidatedLog
+from dsh.persistence.prepared import PreparedLRU, Reservation
+from dsh.persistence.reads import ColdReads, retrieve
+from dsh.persistence.writer import KeyedLocks, SessionWriter
+from dsh.session.events import SessionEvent
+from dsh.session.header import SessionHeader
+from dsh.session.session import Session
+from dsh.session.store import SessionStore, Unsubscribe
+from dsh.timer import LoopTimer, Timer
+
+__all__ = ["PersistenceCoordinator"]
+
+_log = logging.getLogger("dsh.persistence")
+
+_MAX_DELAY_MS: Final = 2_147_483_647
+
+
+class PersistenceCoordinator(ColdReads):
+    """Write-behind persistence, cold reads and resume for the sessions of one `SessionStore`.
+
+    Args:
+        backend: The storage backend (opened by `open()` / `async with`).
+        sessions: The store whose notifications drive writes; subscribed at construction, and every
+            session already live is initialised as a fresh session.
+        write_batch_max_delay_ms: The fixed batching window (1..2147483647 ms).
+        prepared_cache_size: How many ready cold observations the LRU keeps (positive).
+        timer: Schedules the batching window; the running loop's `call_later` by default.
+
+    Raises:
+        ConfigError: `CONFIG_INVALID` for an invalid window or cache size.
+    """
+
+    def __init__(
+        self,
+        backend: StorageBackend,
+        sessions: SessionStore,
+        *,
+        write_batch_max_delay_ms: int = 200,
+        prepared_cache_size: int = 5,
+        timer: Timer | None = None,
+    ) -> None:
+        if not (type(write_batch_max_delay_ms) is int and 1 <= write_batch_max_delay_ms <= _MAX_DELAY_MS):
+            raise ConfigError(f"write_batch_max_delay_ms must be an integer between 1 and {_MAX_DELAY_MS}")
+        if not (type(prepared_cache_size) is int and prepared_cache_size >= 1):
+            raise ConfigError("prepared_cache_size must be a positive integer")
+        self._backend = backend
+        self._sessions = sessions
+        self._delay_ms = write_batch_max_delay_ms
+        self._timer: Timer = timer if timer is not None else LoopTimer()
+        self._locks = KeyedLocks()
+        self._live: dict[Session, SessionWriter] = {}
+        self._retiring: dict[str, set[asyncio.Task[None]]] = {}
+        self._failed: list[SessionWriter] = []
+        self._reserved: dict[str, Reservation] = {}
+        self._lru = PreparedLRU(prepared_cache_size)
+        self._loads: dict[str, asyncio.Task[ValidatedLog]] = {}
+        self._reported_damage: set[tuple[str, str]] = set()
+        self._closed = False
+        self._close_task: asyncio.Task[None] | None = None
+        self._operations = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._unsubscribe_created = sessions.on_created(self._on_created)
+        self._unsubscribe_event: Unsubscribe = sessions.on_event(self._on_event)
+        self._unsubscribe_flush = sessions.on_flush(self._on_flush)
+        self._unsubscribe_disposed: Unsubscribe = sessions.on_disposed(self._on_disposed)
+        for session in sessions.list():
+            self._start_fresh(session)
+
+    # ---------------------------------------------------------------- properties
+
+    @property
+    def backend(self) -> StorageBackend:
+        """The storage backend."""
+        return self._backend
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` started."""
+        return self._closed
+
+    @property
+    def prepared_cache(self) -> PreparedLRU:
+        """The prepared-observation LRU (exposed for inspection in tests)."""
+        return self._lru
+
+    def locate(self, header: SessionHeader) -> str | None:
+        """The artifact path of a session (JSONL), without I/O; None elsewhere."""
+        return self._backend.locate(header.to_stored(1 if header.is_seeded else 0))
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Open the backend."""
+        self._check_open()
+        await self._backend.open()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop admitting, drain every writer, await queued operations, release writers, close the backend.
+
+        Idempotent: a later call returns once the first one finished, without raising.
+
+        Raises:
+            ExceptionGroup: `"<backend> close failed"` with every failure collected on the way.
+        """
+        if self._close_task is not None:
+            await asyncio.wait({self._close_task})
+            return
+        self._closed = True
+        self._close_task = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        errors: list[Exception] = []
+        for writer in list(self._live.values()):
+            try:
+                await writer.flush()
+            except Exception as error:
+                errors.append(error)
+        while any(self._retiring.values()):
+            tasks = [task for group in self._retiring.values() for task in group]
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for writer in list(self._failed):
+            try:
+                await writer.flush()
+            except Exception as error:
+                errors.append(error)
+            else:
+                self._failed.remove(writer)
+                await self._release_writer(writer, errors)
+        # Wake prepares waiting for a reservation: they re-check and fail with PERSISTENCE_CLOSED,
+        # so waiting for in-flight operations cannot deadlock on an unclosed PreparedSession.
+        for reservation in self._reserved.values():
+            reservation.released.set()
+        await self._idle.wait()
+        if self._loads:
+            await asyncio.gather(*self._loads.values(), return_exceptions=True)
+        for writer in list(self._live.values()):
+            await self._release_writer(writer, errors)
+        self._live.clear()
+        for reservation in list(self._reserved.values()):
+            if reservation.lock_held:
+                reservation.lock_held = False
+                await self._release_lock(reservation.session_id, errors)
+            reservation.released.set()
+        self._reserved.clear()
+        self._lru.clear()
+        # `created` and `flush` stay subscribed: they refuse with PERSISTENCE_CLOSED, so a publication
+        # is vetoed and a durability barrier never silently succeeds; events are no longer taken.
+        self._unsubscribe_event()
+        self._unsubscribe_disposed()
+        try:
+            await self._backend.close()
+        except Exception as error:
+            errors.append(error)
+        if errors:
+            raise ExceptionGroup(f"{self._backend.name} close failed", errors)
+
+    # ---------------------------------------------------------------- store notifications
+
+    def _on_created(self, session: Session) -> None:
+        """Attach a prepared session, veto an identity persistence owns, or start a fresh init."""
+        if self._closed:
+            raise PersistenceClosedError(
+                f'cannot publish session "{session.id}": the persistence coordinator is closed',
+                session_id=session.id,
+            )
+        reservation = self._reserved.get(session.id)
+        if reservation is not None and reservation.session is session:
+            self._attach(reservation, session)
+            return
+        if reservation is not None or session.id in self._lru:
+            raise SessionAlreadyExistsError(
+                f'cannot publish session "{session.id}": persisted state already owns this identity',
+                session_id=session.id,
+            )
+        self._start_fresh(session)
+
+    def _attach(self, reservation: Reservation, session: Session) -> None:
+        """Hand a prepared session's reservation (cursor, writer lock) over to a live writer."""
+        if reservation.cursor != session.first_live_seq:
+            raise AppendConflictError(
+                f'session "{session.id}" preparation no longer matches its persistence state', session_id=session.id
+            )
+        writer = self._new_writer(
+            session,
+            init=None,
+            cursor=reservation.cursor,
+            materialized=True,
+            fence=reservation.fence,
+            lock_held=reservation.lock_held,
+        )
+        reservation.attached = True
+        reservation.lock_held = False  # now the live writer's, released at retirement
+        del self._reserved[session.id]
+        reservation.released.set()
+        self._lru.pop(session.id)
+        self._live[session] = writer
+        # The unpublished suffix: the constructor's `session/end-seed` and pre-publication appends.
+        writer.enqueue_many(session.events[session.first_live_seq :])
+
+    def _start_fresh(self, session: Session) -> None:
+        """A fresh session: its events so far (seed, end-seed, pre-publication appends) are the first batch."""
+        previous = tuple(self._retiring.get(session.id, ()))
+        writer = self._new_writer(session, init=self._init_fresh, previous=previous)
+        self._live[session] = writer
+        writer.start_init()
+        writer.enqueue_many(session.events[:])
+
+    def _new_writer(self, session: Session, **state: Any) -> SessionWriter:
+        return SessionWriter(
+            session,
+            backend_name=self._backend.name,
+            timer=self._timer,
+            delay_ms=self._delay_ms,
+            sink=self._sink,
+            **state,
+        )
+
+    def _on_event(self, session: Session, event: SessionEvent) -> None:
+        writer = self._live.get(session)
+        if writer is not None:
+            writer.enqueue(event)
+
+    async def _on_flush(self, session: Session) -> None:
+        self._check_open()
+        writer = self._live.get(session)
+        if writer is not None:
+            await writer.flush()
+
+    def _on_disposed(self, session: Session) -> None:
+        writer = self._live.pop(session, None)
+        if writer is None:
+            return
+        try:
+            task = asyncio.get_running_loop().create_task(self._retire(writer), name=f"dsh-retire-{session.id}")
+        except RuntimeError:
+            # Disposed from synchronous code with no loop: `close()` retries the retirement.
+            self._failed.append(writer)
+            return
+        group = self._retiring.setdefault(session.id, set())
+        group.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            retrieve(finished)
+            group.discard(finished)
+            if not group and self._retiring.get(session.id) is group:
+                del self._retiring[session.id]
+
+        task.add_done_callback(done)
+
+    # ---------------------------------------------------------------- write path
+
+    async def _init_fresh(self, writer: SessionWriter) -> None:
+        """Init of a fresh session: after earlier retirements of the id, refuse a stored id."""
+        session_id = writer.session_id
+        if writer.previous:
+            await asyncio.gather(*writer.previous, return_exceptions=True)
+        if any(failed.session_id == session_id for failed in self._failed):
+            raise SessionAlreadyExistsError(
+                f'cannot persist session "{session_id}": an earlier session with this id still holds unwritten events',
+                session_id=session_id,
+            )
+        async with self._locks.hold(session_id):
+            if await self._backend.exists(session_id):
+                raise SessionAlreadyExistsError(
+                    f'cannot persist new session "{session_id}": {self._backend.name} storage already holds '
+                    "this id (resume it with prepare instead)",
+                    session_id=session_id,
+                )
+            if Capability.LEASES in self._backend.capabilities:
+                writer.fence = await self._backend.acquire(session_id)
+                writer.lock_held = True
+
+    async def _sink(self, writer: SessionWriter, batch: list[SessionEvent]) -> None:
+        """Write one batch under the id lock (runs shielded; see `SessionWriter`)."""
+        session_id = writer.session_id
+        async with self._locks.hold(session_id):
+            skip = writer.cursor - batch[0].seq
+            events = batch[skip:] if skip > 0 else batch
+            if not events:
+                return
+            if not writer.materialized and not writer.lock_held:
+                # JSONL and SQLite take the writer lock when the session first materializes.
+                writer.fence = await self._backend.acquire(session_id)
+                writer.lock_held = True
+            await self._backend.append_batch(
+                writer.stored_header, events, materialized=writer.materialized, fence=writer.fence
+            )
+            writer.cursor = events[-1].seq + 1
+            writer.materialized = True
+            self._lru.pop(session_id)
+
+    # ---------------------------------------------------------------- retirement and drain
+
+    async def _retire(self, writer: SessionWriter) -> None:
+        try:
+            await writer.flush()
+        except Exception as error:
+            _log.error('%s: session "%s" retirement failed: %s', self._backend.name, writer.session_id, error)
+            self._failed.append(writer)
+            return
+        errors: list[Exception] = []
+        await self._release_writer(writer, errors)
+        for failure in errors:
+            _log.error('%s: session "%s" retirement failed: %s', self._backend.name, writer.session_id, failure)
+
+    async def drain(self, session_id: str) -> None:
+        """Wait until every event handed over for the id is durable or has failed.
+
+        A live session is flushed; a retiring one is awaited. Write failures are not raised here
+        (they were logged, and a flush raises them).
+        """
+        self._check_open()
+        for writer in [w for s, w in self._live.items() if s.id == session_id]:
+            try:
+                await writer.flush()
+            except Exception as error:
+                _log.debug('%s: drain of session "%s" ended with a failure: %s', self._backend.name, session_id, error)
+        group = self._retiring.get(session_id)
+        if group:
+            await asyncio.gather(*group, return_exceptions=True)

@@ -1,0 +1,384 @@
+"""Blocking file primitives of the JSONL backend: stable reads, revisions and durable writes.
+
+Layer: persistence (used by `dsh.persistence.jsonl` from worker threads only; nothing here may run
+on the event loop). Durability follows 02 §6.6 and §6.8: data is `fsync`ed, and a directory is
+`fsync`ed after an entry in it was created, linked or unlinked. New logs appear atomically through a
+private temp file that is linked into place (`os.link` fails instead of overwriting, so two
+concurrent materializations cannot both win); appends remember the previous size and truncate
+back to it on any failure, so a batch is all-or-nothing and a retry never sees a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import secrets
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Final
+
+from dsh.persistence.base import Revision
+from dsh.persistence.errors import AppendConflictError, PersistenceIOError, StoreMisconfiguredError
+from dsh.persistence.jsonl_format import Compression, HeadLine, LogContext, split_head
+
+__all__ = [
+    "FILE_MODE",
+    "TAIL_BYTES",
+    "IOFault",
+    "Opener",
+    "append_durably",
+    "check_contiguous",
+    "check_flat",
+    "ensure_dir",
+    "path_exists",
+    "fd_revision",
+    "flat_legacy_error",
+    "fsync_dir",
+    "is_file",
+    "link_new_file",
+    "read_head",
+    "read_revision_at",
+    "read_stable",
+    "remove_stale",
+    "revision_of",
+    "writer_active",
+    "wrong_encoding_error",
+]
+
+_log = logging.getLogger("dsh.persistence")
+
+Opener = Callable[[str, str], IO[bytes]]
+"""Opens a file for reading like the built-in `open(path, "rb")` (tests count bytes through it)."""
+
+TAIL_BYTES: Final = 4096
+FILE_MODE: Final = 0o600
+_DIR_MODE: Final = 0o700
+_HEAD_CHUNK: Final = 8192
+_STABLE_TRIES: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class IOFault:
+    """An armed in-backend fault (`dsh.testing.IOFaultSeam`): where it strikes and what it raises."""
+
+    kind: str
+    error: BaseException
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def revision_of(st: os.stat_result, tail: bytes) -> Revision:
+    """`jsonl:<dev>:<ino>:<size>:<mtime_ns>:<ctime_ns>:<hash of the last 4 KiB>` (02 §6.5).
+
+    The hash makes a repair that keeps the size (truncate, then append as many bytes) still
+    change the token.
+    """
+    digest = hashlib.blake2b(tail[-TAIL_BYTES:], digest_size=8).hexdigest()
+    return Revision(f"jsonl:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{digest}")
+
+
+def fd_revision(fd: int) -> tuple[Revision, os.stat_result]:
+    """The revision of an open (readable) log descriptor."""
+    st = os.fstat(fd)
+    return revision_of(st, os.pread(fd, TAIL_BYTES, max(st.st_size - TAIL_BYTES, 0))), st
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory entry change (creation, link, unlink) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def path_exists(path: str) -> bool:
+    """Whether anything (even a dangling symlink) is at `path`."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def is_file(path: str) -> bool:
+    """Whether `path` is a regular file."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def wrong_encoding_error(path: str, compression: Compression) -> StoreMisconfiguredError:
+    """The detector refusal for an artifact of the other encoding in a root (02 §6.7)."""
+    suffix = ".jsonl.zstd" if path.endswith(".zstd") else ".jsonl"
+    return StoreMisconfiguredError(
+        f'session artifact "{path}" uses {suffix}, but this backend is configured for compression '
+        f'"{compression}"; use a separate root or select the matching compression mode',
+        location=path,
+    )
+
+
+def flat_legacy_error(path: str) -> StoreMisconfiguredError:
+    """The detector refusal for a flat legacy `<project>/<id>.jsonl[.zstd]` artifact (02 §6.7)."""
+    return StoreMisconfiguredError(
+        f'session artifact "{path}" uses the flat legacy layout (<project>/<id>.jsonl); this build reads '
+        "only <project>/<id>/session.jsonl[.zstd]; move it or use a separate root",
+        location=path,
+    )
+
+
+def check_flat(project: str, segment: str) -> None:
+    """Refuse a flat legacy artifact of the session directory name `segment` in `project`."""
+    for suffix in (".jsonl", ".jsonl.zstd"):
+        flat = os.path.join(project, segment + suffix)
+        if path_exists(flat):
+            raise flat_legacy_error(flat)
+
+
+def remove_stale(directory: str, names: list[str]) -> None:
+    """Remove temp files a crashed materialization left in `directory`, then make that durable."""
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, name))
+            _log.info("jsonl: removed stale temp file %s", os.path.join(directory, name))
+    fsync_dir(directory)
+
+
+def project_dirs(root: str) -> list[str]:
+    """The project directories under `root` (none when it does not exist yet).
+
+    Raises:
+        StoreMisconfiguredError: The root is not a directory or is not readable.
+    """
+    try:
+        entries = list(os.scandir(root))
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError as error:
+        raise StoreMisconfiguredError(f'session store root "{root}" is not a directory', location=root) from error
+    except PermissionError as error:
+        raise StoreMisconfiguredError(f'session store root "{root}" is not readable', location=root) from error
+    return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+
+
+def _changing(path: str) -> PersistenceIOError:
+    return PersistenceIOError(f'session log "{path}" kept changing during read', location=path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reads (02 §6.5 step 1, §6.7)
+
+
+def read_stable(opener: Opener, path: str) -> tuple[bytes, os.stat_result]:
+    """The whole file, read between two agreeing stats (at most 8 tries).
+
+    Raises:
+        FileNotFoundError: The file vanished.
+        PersistenceIOError: It kept changing.
+    """
+    for _ in range(_STABLE_TRIES):
+        before = os.stat(path)
+        with opener(path, "rb") as handle:
+            data = handle.read()
+        after = os.stat(path)
+        if _stat_key(before) == _stat_key(after) and len(data) == after.st_size:
+            return data, after
+    raise _changing(path)
+
+
+def read_head(
+    opener: Opener, path: str, compression: Compression
+) -> tuple[HeadLine | None, os.stat_result, Revision] | None:
+    """Frame 1 / line 1 plus the revision, reading only the head and the last 4 KiB (cost independent of size).
+
+    Returns:
+        None when the file vanished; otherwise `(head, stat, revision)` where a None head means
+        the file is empty or its first record is incomplete.
+
+    Raises:
+        SessionCorruptionError: Frame 1 fails to decode or is not exactly one line.
+        PersistenceIOError: The file kept changing.
+    """
+    ctx = LogContext(None, path)
+    for _ in range(_STABLE_TRIES):
+        try:
+            before = os.stat(path)
+            size = before.st_size
+            head: HeadLine | None = None
+            with opener(path, "rb") as handle:
+                data = b""
+                step = _HEAD_CHUNK
+                while len(data) < size:
+                    chunk = handle.read(min(step, size - len(data)))
+                    if not chunk:
+                        break
+                    data += chunk
+                    head = split_head(data, compression, ctx)
+                    if head is not None:
+                        break
+                    # A header is normally one small chunk; doubling keeps probing a long one linear.
+                    step *= 2
+                if size <= len(data):
+                    tail = data[-TAIL_BYTES:]
+                else:
+                    handle.seek(max(size - TAIL_BYTES, 0))
+                    tail = handle.read(TAIL_BYTES)
+            after = os.stat(path)
+        except FileNotFoundError:
+            return None
+        if _stat_key(before) == _stat_key(after):
+            return head, after, revision_of(after, tail)
+    raise _changing(path)
+
+
+def read_revision_at(opener: Opener, path: str) -> Revision | None:
+    """One stat plus the last 4 KiB (between two agreeing stats); None when the file vanished."""
+    for _ in range(_STABLE_TRIES):
+        try:
+            before = os.stat(path)
+            with opener(path, "rb") as handle:
+                handle.seek(max(before.st_size - TAIL_BYTES, 0))
+                tail = handle.read(TAIL_BYTES)
+            after = os.stat(path)
+        except FileNotFoundError:
+            return None
+        if _stat_key(before) == _stat_key(after):
+            return revision_of(after, tail)
+    raise _changing(path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Writes (02 §6.6)
+
+
+def ensure_dir(directory: str) -> None:
+    """Create `directory` and its missing parents with mode 0700, fsyncing each parent after a creation.
+
+    Raises:
+        StoreMisconfiguredError: Something that is not a directory is in the way.
+    """
+    if os.path.isdir(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent != directory:
+        ensure_dir(parent)
+    try:
+        os.mkdir(directory, _DIR_MODE)
+    except FileExistsError:
+        if not os.path.isdir(directory):
+            raise StoreMisconfiguredError(f'"{directory}" exists and is not a directory', location=directory) from None
+        return
+    fsync_dir(parent)
+
+
+def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_result:
+    """Publish a new file atomically: `<path>.<12 hex>.tmp` (O_EXCL, 0600), fsync, link, unlink, dir fsync.
+
+    The temp file is removed on every failure; one left by a crash is swept at the next open.
+
+    Raises:
+        FileExistsError: `path` already exists (another writer won); nothing was changed.
+    """
+    directory = os.path.dirname(path)
+    temp = f"{path}.{secrets.token_hex(6)}.tmp"
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        try:
+            if fault is not None and fault.kind != "sync":
+                _write_all(fd, data[: len(data) // 2])
+                raise fault.error
+            _write_all(fd, data)
+            if fault is not None:
+                raise fault.error
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # link() never overwrites: of two concurrent materializations exactly one succeeds.
+        os.link(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    # The link and the unlink changed the inode's ctime, so the stat for the revision comes last.
+    st = os.stat(path)
+    fsync_dir(directory)
+    return st
+
+
+def check_contiguous(session_id: str, path: str, records: Sequence[Mapping[str, Any]], next_seq: int) -> None:
+    """Refuse (before writing anything) a batch that does not continue at `next_seq` without gaps.
+
+    Raises:
+        AppendConflictError: `APPEND_SEQ_MISMATCH` (a stale writer).
+    """
+    for offset, record in enumerate(records):
+        if record["seq"] != next_seq + offset:
+            raise AppendConflictError(
+                f'batch for session "{session_id}" must continue at seq {next_seq + offset}, got seq {record["seq"]}',
+                session_id=session_id,
+                location=path,
+            )
+
+
+def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: str, fault: IOFault | None) -> None:
+    """Write `data` at the end of the log (whose size is `size`) and fsync; all or nothing.
+
+    On any failure the file is truncated back to `size` and fsynced before the error propagates
+    (an `OSError` as `PersistenceIOError`), so a retry neither duplicates nor skips a seq.
+
+    Raises:
+        PersistenceIOError: The write failed, or (`failed to roll back append to <path>`) the
+            rollback failed too; then both errors are attached as an `ExceptionGroup` cause.
+    """
+    try:
+        if fault is not None and fault.kind != "sync":
+            _write_all(fd, data[: len(data) // 2])
+            raise fault.error
+        _write_all(fd, data)
+        if fault is not None:
+            raise fault.error
+        os.fsync(fd)
+    except Exception as error:
+        try:
+            if fault is not None and fault.kind == "rollback":
+                raise OSError(errno.EIO, "injected rollback failure")
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+        except OSError as rollback_error:
+            raise PersistenceIOError(
+                f"failed to roll back append to {path}", session_id=session_id, location=path
+            ) from ExceptionGroup("append and rollback both failed", [error, rollback_error])
+        if isinstance(error, OSError):
+            raise PersistenceIOError(
+                f"failed to append to {path}: {error}", session_id=session_id, location=path
+            ) from error
+        raise
+
+
+def writer_active(lock_path: str) -> bool:
+    """Whether some process holds the writer lock at `lock_path` (probe with a non-blocking flock)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+    return False

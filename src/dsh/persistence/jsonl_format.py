@@ -1,0 +1,500 @@
+"""The JSONL session-log codec: path layout, record encoding, zstd framing and the read rules.
+
+Layer: persistence (pure; used by `dsh.persistence.jsonl` and by the JSONL fixture writer). Nothing
+here opens a file: every function works on the bytes or values it is handed, so the same rules serve
+the backend's worker threads, the listing and the tests. Boundaries of zstd frames come from
+`zstandard` itself (a fresh `decompressobj` per frame reports where its frame ends and verifies the
+content checksum), never from a hand-written byte scanner (02 §6.4). The line scanner implements the
+torn-tail rule of 02 §6.5: the log is valid up to its first defect, and the defect plus everything
+after it is a removable torn tail only if no later record carries a `turn/end`.
+
+Hot path: a full read is dominated by `orjson.loads` per line, so the scanner accepts a line with two
+dict lookups (seq contiguity, packed-row type) and leaves every other check to the coordinator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import orjson
+import zstandard
+
+from dsh.persistence.base import TornMarker, first_oversized_int
+from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
+from dsh.session.header import SESSION_FORMAT_VERSION
+from dsh.session.ids import encode_segment
+
+__all__ = [
+    "NO_CWD_DIR",
+    "PACKED_ROW_TYPES",
+    "Compression",
+    "HeadLine",
+    "LogContext",
+    "LogScan",
+    "artifact_name",
+    "check_identity",
+    "check_version",
+    "decode_header",
+    "encode_batch",
+    "encode_header",
+    "project_key",
+    "relative_path",
+    "scan_events",
+    "split_head",
+]
+
+Compression = Literal["zstd", "none"]
+
+NO_CWD_DIR: Final = "_no-cwd"
+"""The project directory of sessions whose header has no cwd (a literal, never escaped)."""
+
+PACKED_ROW_TYPES: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
+"""Upstream packed chunk rows; a complete line of these types carrying `seq0` is refused for now."""
+
+_SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_SEPARATORS: Final = frozenset("/\\:")
+_MAX_SLUG: Final = 251
+_NEWLINE: Final = b"\n"
+
+# A run of 19 digits is the only way to spell an integer outside signed 64 bits. Mapping every digit
+# to "0" and searching for nineteen of them is an order of magnitude faster than a regex over the
+# whole plaintext, so `first_oversized_int` only runs on frames that can hold such an integer.
+_DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGIT_RUN: Final = b"0" * 19
+
+# The first frame size guess when decoding; later guesses follow the previous frame's size so the
+# bytes handed back in `unused_data` (a copy) stay about one frame long.
+_FIRST_FRAME_GUESS: Final = 4096
+_RAW_SLICE: Final = 1 << 18
+_MAX_FRAME_STEP: Final = 1 << 22
+
+
+# --------------------------------------------------------------------------------------------------
+# Layout (02 §6.2)
+
+
+def artifact_name(compression: Compression) -> str:
+    """The transcript file name inside a session directory."""
+    return "session.jsonl.zstd" if compression == "zstd" else "session.jsonl"
+
+
+def _utf16_units(value: str) -> Iterable[int]:
+    for ch in value:
+        cp = ord(ch)
+        if cp >= 0x10000:
+            cp -= 0x10000
+            yield 0xD800 | (cp >> 10)
+            yield 0xDC00 | (cp & 0x3FF)
+        else:
+            yield cp
+
+
+def project_key(cwd: str | None) -> str:
+    """The project directory name of a cwd (lossy by design; the header is authoritative).
+
+    The segment walk over UTF-16 code units, except that `/`, `\\` and `:` become `-` with a run of
+    them collapsed to one; leading `-` are stripped, an empty slug becomes `root`, the slug keeps its
+    first 251 characters and is wrapped as `--<slug>--`. No cwd maps to the literal `_no-cwd`.
+    """
+    if cwd is None:
+        return NO_CWD_DIR
+    out: list[str] = []
+    in_separator_run = False
+    for unit in _utf16_units(cwd):
+        ch = chr(unit)
+        if ch in _SEPARATORS:
+            if not in_separator_run:
+                out.append("-")
+            in_separator_run = True
+            continue
+        in_separator_run = False
+        out.append(ch if ch in _SAFE else f"~{unit:04X}")
+    slug = "".join(out).lstrip("-") or "root"
+    return f"--{slug[:_MAX_SLUG]}--"
+
+
+def relative_path(session_id: str, cwd: str | None, compression: Compression) -> str:
+    """`<project key>/<encoded id>/<artifact>` relative to the root (raises ValueError on an empty id)."""
+    return f"{project_key(cwd)}/{encode_segment(session_id)}/{artifact_name(compression)}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoding (02 §6.3, §6.4)
+
+
+def encode_header(header: Mapping[str, Any]) -> bytes:
+    """The header line: compact JSON in the record's own key order, ending in a newline."""
+    return orjson.dumps(header) + _NEWLINE
+
+
+def encode_batch(records: Iterable[Mapping[str, Any]]) -> bytes:
+    """One line per record, compact JSON, key order kept; empty input gives empty bytes."""
+    lines = [orjson.dumps(record) for record in records]
+    if not lines:
+        return b""
+    lines.append(b"")
+    return _NEWLINE.join(lines)
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors with context
+
+
+@dataclass(frozen=True, slots=True)
+class LogContext:
+    """Who a decode is for, so errors carry the session id and the artifact path."""
+
+    session_id: str | None
+    location: str | None
+
+    def corrupt(self, message: str) -> SessionCorruptionError:
+        """A corruption error for this log."""
+        return SessionCorruptionError(
+            message + raw_log_suffix(self.location), session_id=self.session_id, location=self.location
+        )
+
+    def packed(self, line_no: int) -> SessionFormatUnsupportedError:
+        """The packed-chunk-row refusal (reading them is LATER)."""
+        who = f'session "{self.session_id}"' if self.session_id is not None else "session log"
+        return SessionFormatUnsupportedError(
+            f"{who} contains packed chunk rows (line {line_no}), which this build cannot read yet"
+            + raw_log_suffix(self.location),
+            session_id=self.session_id,
+            location=self.location,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# The header record
+
+
+@dataclass(frozen=True, slots=True)
+class HeadLine:
+    """The header line (without its newline) and the byte offset where the event region starts."""
+
+    line: bytes
+    end: int
+
+
+def split_head(data: bytes, compression: Compression, ctx: LogContext) -> HeadLine | None:
+    """Find the complete first record in the leading bytes of a log, or None if it is incomplete.
+
+    Raw: the first newline ends the header record. Zstd: frame 1 must be complete and decode to
+    exactly one line. None means "not enough bytes" (an empty or still-incomplete head); callers
+    that hold the whole file turn it into `empty or header-less ... session log`.
+
+    Raises:
+        SessionCorruptionError: A decoder error in frame 1, or frame 1 is not exactly one line.
+    """
+    if compression == "none":
+        end = data.find(_NEWLINE)
+        if end < 0:
+            return None
+        return HeadLine(data[:end], end + 1)
+    decoder = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        text = decoder.decompress(data)
+    except zstandard.ZstdError as error:
+        raise ctx.corrupt("corrupt Zstandard session log: frame at byte 0 failed validation") from error
+    if not decoder.eof:
+        return None
+    if not text.endswith(_NEWLINE) or text.count(_NEWLINE) != 1:
+        raise ctx.corrupt("corrupt Zstandard session log: first frame is not exactly one header line")
+    return HeadLine(text[:-1], len(data) - len(decoder.unused_data))
+
+
+def decode_header(line: bytes, ctx: LogContext) -> dict[str, Any]:
+    """Parse the header line into a record whose `type` is `"session"`.
+
+    Raises:
+        SessionCorruptionError: Not JSON, or not a session header record.
+    """
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise ctx.corrupt("corrupt session log: header line is not valid JSON") from error
+    if not isinstance(record, dict) or record.get("type") != "session":
+        raise ctx.corrupt("corrupt session log: first line is not a session header")
+    return record
+
+
+def check_version(record: Mapping[str, Any], ctx: LogContext) -> None:
+    """Refuse a numeric version other than 0 as format-unsupported (checked before anything else).
+
+    A missing or non-numeric version is left to the header shape check (corruption).
+
+    Raises:
+        SessionFormatUnsupportedError: With `found_version` and `direction`.
+    """
+    version: Any = record.get("version")
+    if type(version) not in (int, float) or version == SESSION_FORMAT_VERSION:
+        return
+    who = ctx.session_id if ctx.session_id is not None else record.get("id")
+    suffix = raw_log_suffix(ctx.location)
+    if version > SESSION_FORMAT_VERSION:
+        message = (
+            f'session "{who}" was written with log format version {version}, newer than version '
+            f"{SESSION_FORMAT_VERSION} which this build reads; upgrade dsh to open it{suffix}"
+        )
+        direction: Literal["newer", "older"] = "newer"
+    else:
+        message = (
+            f'session "{who}" uses log format version {version}, older than version {SESSION_FORMAT_VERSION}; '
+            f"this build has no upgrade path for it{suffix}"
+        )
+        direction = "older"
+    raise SessionFormatUnsupportedError(
+        message,
+        session_id=ctx.session_id,
+        location=ctx.location,
+        found_version=version,
+        direction=direction,
+    )
+
+
+def check_identity(
+    record: Mapping[str, Any], requested_id: str | None, relative: str, compression: Compression, ctx: LogContext
+) -> None:
+    """The identity rule (02 §6.5 step 5): header id = requested id, and id + cwd name this very path.
+
+    Args:
+        record: The decoded header record.
+        requested_id: The id the caller asked for (None when listing).
+        relative: The artifact path relative to the root (`<project>/<segment>/<file>`).
+        compression: The backend's encoding (names the artifact file).
+        ctx: Error context.
+
+    Raises:
+        SessionCorruptionError: Either rule fails.
+    """
+    header_id = record.get("id")
+    shown = orjson.dumps(header_id).decode() if type(header_id) is not str else f'"{header_id}"'
+    if requested_id is not None and header_id != requested_id:
+        raise SessionCorruptionError(
+            f'corrupt session log "{ctx.location}": requested id "{requested_id}" does not match header id {shown}',
+            session_id=ctx.session_id,
+            location=ctx.location,
+        )
+    cwd = record.get("cwd")
+    if type(header_id) is not str or not header_id or (cwd is not None and type(cwd) is not str):
+        raise SessionCorruptionError(
+            f'corrupt session log "{ctx.location}": header id {shown} and cwd cannot name a session artifact',
+            session_id=ctx.session_id,
+            location=ctx.location,
+        )
+    expected = relative_path(header_id, cwd, compression)
+    if expected != relative:
+        raise SessionCorruptionError(
+            f'corrupt session log "{ctx.location}": header id {shown} and cwd identify "{expected}"',
+            session_id=ctx.session_id,
+            location=ctx.location,
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# The line scanner (02 §6.5 step 3)
+
+
+class _LineScanner:
+    """Accepts contiguous records line by line and remembers the first defect.
+
+    `events` holds the accepted records (valid prefix). `issue` is the first defect's message; once
+    it is set no line is accepted any more, and a later complete line holding a `turn/end` raises
+    it, because the damage then lies in the committed region.
+    """
+
+    __slots__ = ("committed", "ctx", "events", "issue", "line_no", "oversized_at")
+
+    def __init__(self, ctx: LogContext) -> None:
+        self.ctx = ctx
+        self.events: list[dict[str, Any]] = []
+        self.issue: str | None = None
+        self.line_no = 1  # the header is line 1
+        self.committed = 0  # bytes of accepted lines, relative to the first byte fed
+        self.oversized_at: int | None = None
+
+    def feed(self, text: bytes) -> bytes:
+        """Scan the complete lines of `text`; return the trailing fragment after the last newline."""
+        lines = text.split(_NEWLINE)
+        fragment = lines.pop()
+        suspicious = self.oversized_at is None and text.translate(_DIGITS_TO_ZERO).find(_LONG_DIGIT_RUN) >= 0
+        start = 0
+        if self.issue is None and not suspicious:
+            start = self._fast(lines)
+            if start == len(lines):
+                self.line_no += start
+                self.committed += len(text) - len(fragment)
+                return fragment
+            self.committed += sum(map(len, lines[:start])) + start
+            self.line_no += start
+        for line in lines[start:] if start else lines:
+            self.line_no += 1
+            if self._slow(line):
+                self.committed += len(line) + 1
+                if suspicious and self.oversized_at is None and first_oversized_int((line,)) == 0:
+                    self.oversized_at = len(self.events) - 1
+        return fragment
+
+    def _fast(self, lines: list[bytes]) -> int:
+        """Accept lines while they are plain contiguous records; return how many were accepted."""
+        events = self.events
+        append = events.append
+        loads = orjson.loads
+        packed = PACKED_ROW_TYPES
+        first = expected = len(events)
+        for line in lines:
+            try:
+                record = loads(line)
+                if record["seq"] != expected or record["type"] in packed:
+                    break
+            except (ValueError, TypeError, KeyError):
+                break
+            append(record)
+            expected += 1
+        return expected - first
+
+    def _slow(self, line: bytes) -> bool:
+        """Classify one line after a defect or on a suspicious frame; True when it was accepted."""
+        try:
+            record: Any = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            record = None
+        is_end = False
+        if isinstance(record, dict):
+            kind = record.get("type")
+            if type(kind) is str:
+                if kind in PACKED_ROW_TYPES and "seq0" in record:
+                    raise self.ctx.packed(self.line_no)
+                is_end = kind == "turn/end"
+        if self.issue is not None:
+            if is_end:
+                raise self.ctx.corrupt(self.issue)
+            return False
+        if not isinstance(record, dict):
+            self.issue = f"corrupt session log: unparsable committed event at line {self.line_no}"
+            return False
+        expected = len(self.events)
+        seq = record.get("seq")
+        if type(seq) is not int or seq != expected:
+            message = (
+                f"corrupt session log: seq gap in committed region at line {self.line_no} "
+                f"(expected {expected}, got {orjson.dumps(seq).decode()})"
+            )
+            if is_end:
+                raise self.ctx.corrupt(message)
+            self.issue = message
+            return False
+        self.events.append(record)
+        return True
+
+
+# --------------------------------------------------------------------------------------------------
+# Whole-log scans (02 §6.5 steps 3-4)
+
+
+@dataclass(frozen=True, slots=True)
+class LogScan:
+    """The event region of a log: the valid prefix, the torn marker, the first oversized integer."""
+
+    events: list[dict[str, Any]]
+    torn: TornMarker | None
+    oversized_int_at: int | None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a scan allocates its records.
+
+    A scan creates one dict (plus nested containers) per line and keeps them all; every 700
+    allocations the collector would walk the young ones again, which costs about as much as the
+    parsing itself, while parsed JSON can never form a reference cycle. The collector is re-enabled
+    only if it was enabled when the scan started, so concurrent scans and callers that disabled it
+    on purpose keep their state.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def scan_events(data: bytes, start: int, compression: Compression, ctx: LogContext) -> LogScan:
+    """Scan the event region of a whole log (`data[start:]`, after the header record).
+
+    Raises:
+        SessionCorruptionError: A defect in the committed region (or inside a complete zstd frame).
+        SessionFormatUnsupportedError: Packed chunk rows.
+    """
+    with _collector_paused():
+        if compression == "none":
+            return _scan_raw(data, start, ctx)
+        return _scan_zstd(data, start, ctx)
+
+
+def _scan_raw(data: bytes, start: int, ctx: LogContext) -> LogScan:
+    scanner = _LineScanner(ctx)
+    # Feed slices that end on a line boundary, like zstd frames: a slice that may hold an oversized
+    # integer takes the slow per-line path alone, and no split list spans the whole file.
+    position = start
+    fragment = b""
+    while position < len(data):
+        cut = data.find(_NEWLINE, position + _RAW_SLICE)
+        end = len(data) if cut < 0 else cut + 1
+        fragment = scanner.feed(data[position:end])
+        position = end
+    torn = None
+    if fragment or scanner.issue is not None:
+        # Raw mode: a final fragment without a newline, or a defect no later turn/end vouches for,
+        # is a torn tail; the complete records before it stay.
+        torn = TornMarker(truncate_to=start + scanner.committed)
+    return LogScan(scanner.events, torn, scanner.oversized_at)
+
+
+def _scan_zstd(data: bytes, start: int, ctx: LogContext) -> LogScan:
+    scanner = _LineScanner(ctx)
+    view = memoryview(data)
+    size = len(data)
+    context = zstandard.ZstdDecompressor()
+    guess = _FIRST_FRAME_GUESS
+    position = start
+    while position < size:
+        decoder = context.decompressobj()
+        parts: list[bytes] = []
+        end = position
+        step = guess
+        try:
+            while not decoder.eof:
+                piece = view[end : end + step]
+                if not piece:
+                    break
+                parts.append(decoder.decompress(piece))
+                end += len(piece)
+                step = min(step * 2, _MAX_FRAME_STEP)
+        except zstandard.ZstdError as error:
+            raise ctx.corrupt(f"corrupt Zstandard session log: frame at byte {position} failed validation") from error
+        text = b"".join(parts)
+        if not decoder.eof:
+            # The input ran out before this frame ended: a torn final frame, torn from its first
+            # byte. Its complete records are kept and rewritten by the repair; the fragment goes.
+            before = len(scanner.events)
+            scanner.feed(text)
+            recovered = tuple(scanner.events[before:])
+            return LogScan(scanner.events, TornMarker(position, recovered), scanner.oversized_at)
+        end -= len(decoder.unused_data)
+        fragment = scanner.feed(text)
+        # A checksummed complete frame cannot be a crash artefact: any defect inside it is corruption.
+        if fragment:
+            raise ctx.corrupt(
+                f"corrupt Zstandard session log: complete frame at byte {position} contains a torn JSONL record"
+            )
+        if scanner.issue is not None:
+            raise ctx.corrupt(f"{scanner.issue} (inside the complete Zstandard frame at byte {position})")
+        guess = end - position + 256
+        position = end
+    return LogScan(scanner.events, None, scanner.oversized_at)

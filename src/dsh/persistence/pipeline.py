@@ -1,0 +1,251 @@
+"""The read validation pipeline (02 §4.2): from a backend's `StoredLog` to a validated log.
+
+Layer: persistence. Every `load` result crosses this pipeline once, above the backends, so each
+rule is written once and reuses the session layer's own checks: the stored header
+(`SessionHeader.from_stored`, version first), identity, the format refusals over the *whole* log
+(unknown non-ignorable types, retired vocabulary, integers outside signed 64 bits), then the
+per-event rules (`check_records`: envelope, `seq == i`, data shapes, surface fold), the cut, and
+finally the crash-repair closers. The three verdicts are never confused: an intact log this build
+cannot interpret is format-unsupported, never corrupt.
+
+Records are validated eagerly but frozen lazily (`StoredEvents`), so a full read costs parsing
+plus validation, and freezing is paid only for the events someone looks at (07 P5). Large logs are
+validated in a worker thread so the event loop keeps serving other sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from dsh.persistence.base import Revision, StoredLog, TornMarker
+from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
+from dsh.session.events import SessionEvent, data_problem, envelope_problem, legacy_problem
+from dsh.session.header import SessionHeader, StoredHeaderError
+from dsh.session.repair import interrupted_turn_closers
+from dsh.session.stored import StoredEvents
+from dsh.session.surface import Surface
+from dsh.session.validate import check_records, first_refusal
+
+__all__ = ["THREAD_THRESHOLD", "ValidatedLog", "select", "validate_log", "validate_log_async", "validate_typed"]
+
+THREAD_THRESHOLD: Final = 1000
+"""Logs with more records than this are validated in a worker thread (`asyncio.to_thread`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedLog:
+    """A validated stored log: logical header, exact cut, lazily frozen events and repair facts.
+
+    Attributes:
+        header: The logical header.
+        inherited_event_count: The stored cut (`seedLength`).
+        events: The stored events followed by `synthetic_tail` in-memory closers.
+        revision: The revision of exactly the stored prefix that was read.
+        torn: The backend's torn-tail marker, when a torn tail must be removed before writing.
+        closers: The in-memory closers (also the last `len(closers)` items of `events`).
+        stored_count: How many of `events` are stored (the stored next seq).
+        location: The artifact path, when known.
+    """
+
+    header: SessionHeader
+    inherited_event_count: int
+    events: StoredEvents
+    revision: Revision
+    torn: TornMarker | None
+    closers: tuple[SessionEvent, ...]
+    stored_count: int
+    location: str | None
+
+    @property
+    def synthetic_tail(self) -> int:
+        """How many closers follow the stored events in memory."""
+        return len(self.closers)
+
+    @property
+    def needs_repair(self) -> bool:
+        """Whether `prepare` must commit a repair (a torn tail to remove or closers to store)."""
+        return self.torn is not None or bool(self.closers)
+
+
+def _corrupt(session_id: str, inner: str, location: str | None) -> SessionCorruptionError:
+    return SessionCorruptionError(
+        f'stored session "{session_id}" failed validation: {inner}', session_id=session_id, location=location
+    )
+
+
+def _header(session_id: str, log: StoredLog, location: str | None) -> tuple[SessionHeader, int]:
+    """Steps 1 and 2: the stored header (version first) and the identity rule."""
+    try:
+        header, cut = SessionHeader.from_stored(log.header)
+    except StoredHeaderError as error:
+        if error.version_problem:
+            found = error.found_version
+            direction: Literal["newer", "older"] = "newer" if found > 0 else "older"  # type: ignore[operator]
+            advice = (
+                "the log is newer than this build: upgrade dsh to open it"
+                if direction == "newer"
+                else "the log is older than this build, which has no upgrade path for it"
+            )
+            raise SessionFormatUnsupportedError(
+                f'stored session "{session_id}" uses format version {found}, but this build reads version 0; '
+                f"{advice}{raw_log_suffix(location)}",
+                session_id=session_id,
+                location=location,
+                found_version=found,
+                direction=direction,
+            ) from error
+        raise _corrupt(session_id, str(error), location) from error
+    if header.id != session_id:
+        raise SessionCorruptionError(
+            f'stored session identity mismatch: requested "{session_id}", header contains "{header.id}"',
+            session_id=session_id,
+            location=location,
+        )
+    return header, cut
+
+
+def _refuse(
+    session_id: str,
+    records: list[dict[str, Any]],
+    oversized_at: int | None,
+    location: str | None,
+    *,
+    first_unknown: tuple[str, int] | None = None,
+    scan: bool = True,
+) -> None:
+    """Step 3: the format refusals, which win over shape defects, so a newer log is never called corrupt.
+
+    `scan=False` skips the vocabulary scan when the caller proved there is nothing to find.
+    """
+    refusal = first_refusal(records) if scan else None
+    if first_unknown is not None:
+        kind, unknown_seq = first_unknown
+        raise _unknown_type(session_id, kind, unknown_seq, location)
+    if oversized_at is not None and (refusal is None or oversized_at < refusal.index):
+        found = records[oversized_at].get("seq")
+        where = found if type(found) is int else oversized_at
+        raise SessionFormatUnsupportedError(
+            f'stored session "{session_id}" holds an integer outside the signed 64-bit range in the event '
+            f"at seq {where}, which this build cannot represent exactly{raw_log_suffix(location)}",
+            session_id=session_id,
+            location=location,
+            seq=where,
+        )
+    if refusal is None:
+        return
+    found = records[refusal.index].get("seq")
+    where = found if type(found) is int else refusal.index
+    if refusal.kind == "unknown":
+        raise _unknown_type(session_id, refusal.event_type, where, location)
+    raise SessionFormatUnsupportedError(
+        f'stored session "{session_id}" uses retired vocabulary at seq {where} ({refusal.message}); '
+        f"this build has no upgrader for it{raw_log_suffix(location)}",
+        session_id=session_id,
+        location=location,
+        event_type=refusal.event_type,
+        seq=where,
+    )
+
+
+def _unknown_type(session_id: str, kind: str, seq: int, location: str | None) -> SessionFormatUnsupportedError:
+    return SessionFormatUnsupportedError(
+        f'stored session "{session_id}" contains event type "{kind}" at seq {seq}, which this build does not '
+        f"know; the log was likely written by a newer version{raw_log_suffix(location)}",
+        session_id=session_id,
+        location=location,
+        event_type=kind,
+        seq=seq,
+    )
+
+
+def validate_log(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
+    """Run §4.2 over a full load and compute the closers (pure; safe in a worker thread).
+
+    Args:
+        session_id: The requested id.
+        log: The backend's load result; ownership of `log.events` moves into the result.
+        location: The artifact path for messages, when known.
+
+    Raises:
+        SessionFormatUnsupportedError: Version, unknown type, retired vocabulary, oversized integer.
+        SessionCorruptionError: Header shape, identity, any per-event rule, or a cut beyond the log.
+    """
+    header, cut = _header(session_id, log, location)
+    records = log.events
+    # Refusals take precedence over every shape defect anywhere in the log. `check_records` rejects
+    # each unknown non-ignorable type and each retired shape it meets, so when it passes the whole
+    # log there is no such refusal left to find; only on a defect does the full refusal scan run
+    # (same verdicts, one pass fewer on the common, valid path).
+    problem = check_records(records, Surface())
+    _refuse(session_id, records, log.oversized_int_at, location, scan=problem is not None)
+    if problem is not None:
+        raise _corrupt(session_id, problem.message, location)
+    if cut > len(records):
+        raise _corrupt(session_id, f"seedLength {cut} exceeds the {len(records)} stored events", location)
+    closers = tuple(interrupted_turn_closers(records))
+    return ValidatedLog(
+        header=header,
+        inherited_event_count=cut,
+        events=StoredEvents(records, closers),
+        revision=log.revision,
+        torn=log.torn,
+        closers=closers,
+        stored_count=len(records),
+        location=location,
+    )
+
+
+async def validate_log_async(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
+    """`validate_log`, in a worker thread when the log is large."""
+    if len(log.events) > THREAD_THRESHOLD:
+        return await asyncio.to_thread(validate_log, session_id, log, location)
+    return validate_log(session_id, log, location)
+
+
+def validate_typed(
+    session_id: str, log: StoredLog, types: Collection[str] | None, from_seq: int, location: str | None
+) -> tuple[SessionHeader, int, int, list[dict[str, Any]]]:
+    """Validate a typed read (`load_typed`): refusals over the whole log, shapes for the selection.
+
+    Returns:
+        `(header, inherited_event_count, next_seq, records)` with the selected records in seq order.
+
+    Raises:
+        SessionFormatUnsupportedError: As `validate_log`, with the backend's whole-log `first_unknown`.
+        SessionCorruptionError: A selected record breaks an envelope or data rule, seqs are not
+            increasing within the stored log, or the cut exceeds the log.
+    """
+    header, cut = _header(session_id, log, location)
+    records = log.events
+    _refuse(session_id, records, log.oversized_int_at, location, first_unknown=log.first_unknown)
+    next_seq = log.next_seq if log.next_seq is not None else len(records)
+    previous = from_seq - 1
+    for record in records:
+        problem = envelope_problem(record)
+        if problem is None:
+            kind = record["type"]
+            problem = legacy_problem(kind, record["data"]) or data_problem(kind, record["data"])
+        if problem is None:
+            seq = record["seq"]
+            if not previous < seq < next_seq:
+                problem = f"session event seq {seq} is out of order in a typed read"
+            previous = seq
+        if problem is not None:
+            raise _corrupt(session_id, problem, location)
+        if types is not None and record["type"] not in types:
+            raise _corrupt(session_id, f'typed read returned an unrequested type "{record["type"]}"', location)
+    if cut > next_seq:
+        raise _corrupt(session_id, f"seedLength {cut} exceeds the {next_seq} stored events", location)
+    return header, cut, next_seq, records
+
+
+def select(records: list[dict[str, Any]], types: Collection[str] | None, from_seq: int) -> list[dict[str, Any]]:
+    """The records with `seq >= from_seq` and a type in `types` (all types when None), in order."""
+    tail = records[from_seq:] if from_seq > 0 else records
+    if types is None:
+        return tail if tail is not records else list(records)
+    wanted = frozenset(types)
+    return [record for record in tail if record["type"] in wanted]

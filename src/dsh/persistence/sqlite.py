@@ -1,0 +1,577 @@
+"""The embedded SQLite storage backend (`SqliteBackend`, 02 §7).
+
+Layer: persistence. Opt-in (`DSH_DATABASE_URL=sqlite:///<path>`). One database file holds every
+session: a `sessions` row per materialized session (the stored header facts plus the incarnation,
+revision counter and next seq) and one `events` row per event, with the type and parent indexes
+that make typed reads and child listings cheap. The schema and the open checks live in
+`dsh.persistence.sqlite_schema`.
+
+Threads (02 §7.4): `sqlite3` blocks, so no call ever runs on the event loop. One writer
+connection lives on a dedicated single-thread executor, which also serialises this process's
+writes; reads use two reader connections, each on its own single-thread executor, and WAL lets
+them proceed while an append commits. Every driver error is translated once, at the boundary
+between the event loop and those threads, into `PersistenceIOError` (`raise ... from`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, Self, TypeVar
+
+from dsh.errors import ConfigError
+from dsh.json import FrozenDict
+from dsh.persistence.base import Capability, DamagedSession, Fence, Revision, StoredLog, TornMarker
+from dsh.persistence.errors import (
+    AppendConflictError,
+    PersistenceClosedError,
+    PersistenceIOError,
+    SessionAlreadyExistsError,
+)
+from dsh.persistence.locks import WriterLocks
+from dsh.persistence.sqlite_schema import (
+    ALL_EVENTS,
+    connect,
+    corrupt,
+    decode_event_rows,
+    ensure_safe_location,
+    event_row,
+    first_unknown_type,
+    header_columns,
+    header_record,
+    prepare_store,
+    reference_schema,
+    typed_rows,
+)
+from dsh.session.events import SessionEvent
+
+__all__ = ["SqliteBackend"]
+
+T = TypeVar("T")
+
+READER_CONNECTIONS: Final = 2
+"""Reader connections per backend; each owns one thread (02 §7.4: one or two)."""
+
+_MAX_BUSY_TIMEOUT_MS: Final = 2_147_483_647
+
+_SESSION_ROW: Final = (
+    "SELECT version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, "
+    "incarnation, revision, next_seq FROM sessions WHERE id = ?"
+)
+_INSERT_EVENT: Final = (
+    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_SESSION: Final = (
+    "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, "
+    "agent_preset, incarnation, revision, next_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_LIST: Final = (
+    "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, "
+    "incarnation, revision FROM sessions"
+)
+
+# Row layout of `_SESSION_ROW`: the eight header columns, then these three.
+_INCARNATION, _REVISION, _NEXT_SEQ = 8, 9, 10
+
+
+class _Lane:
+    """One connection owned by one thread: every call for it runs on that thread, in order.
+
+    `sqlite3` connections must stay on the thread that made them, and a single-thread executor
+    gives a FIFO queue for free. The connection opens lazily on the lane's thread.
+    """
+
+    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection]) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._connect = connect
+        self._conn: sqlite3.Connection | None = None  # touched on the lane's thread only
+        self.pending = 0  # touched on the event loop only; used to pick the idlest reader
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            self._conn = self._connect()
+        return fn(self._conn)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(connection)` on the lane's thread and await its result."""
+        loop = asyncio.get_running_loop()
+        self.pending += 1
+        try:
+            return await loop.run_in_executor(self._executor, self._call, fn)
+        finally:
+            self.pending -= 1
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        """Close the connection on its own thread (after queued work), then stop the thread."""
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._close_connection)
+        finally:
+            # The close job was the last one queued, so the thread is idle or exiting: waiting for
+            # it would only block the loop.
+            self._executor.shutdown(wait=False)
+
+
+class SqliteBackend:
+    """Sessions in one SQLite database file (02 §7); declares `TYPED_READS`.
+
+    Args:
+        path: The database file, or `":memory:"` for a private in-memory store (tests, one
+            connection, no writer locks: nothing outside this object can reach it).
+        busy_timeout_ms: How long a statement waits for another connection's lock before failing
+            with `PERSISTENCE_IO`.
+
+    Raises:
+        ConfigError: `busy_timeout_ms` is not an integer in 0..2147483647 (`CONFIG_INVALID`).
+    """
+
+    name = "sqlite"
+    capabilities: frozenset[Capability] = frozenset({Capability.TYPED_READS})
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+        if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= _MAX_BUSY_TIMEOUT_MS:
+            raise ConfigError(f"busy_timeout_ms must be an integer between 0 and {_MAX_BUSY_TIMEOUT_MS}")
+        raw = os.fspath(path)
+        self._memory = raw == ":memory:"
+        self.path: Path | None = None if self._memory else Path(os.path.abspath(raw))
+        self._location = ":memory:" if self.path is None else str(self.path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._locks = None if self.path is None else WriterLocks(Path(f"{self.path}.locks"))
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._store_id = ""
+        self._writer: _Lane | None = None
+        self._readers: list[_Lane] = []
+        self._fault: tuple[str, BaseException] | None = None
+        self._opening = asyncio.Lock()
+
+    # ----------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Check the location, then initialise or verify the store inside `BEGIN IMMEDIATE`.
+
+        Raises:
+            StoreFormatUnsupportedError: A foreign or unknown database (`STORE_FORMAT_UNSUPPORTED`).
+            StoreMisconfiguredError: An unsafe location or no WAL support (`STORE_MISCONFIGURED`).
+            PersistenceIOError: The driver or the OS failed.
+            PersistenceClosedError: The backend was closed.
+        """
+        async with self._opening:  # concurrent opens of one instance initialise it once
+            if self._state == "open":
+                return
+            if self._state == "closed":
+                raise PersistenceClosedError("the sqlite backend is closed")
+            await self._open()
+
+    async def _open(self) -> None:
+        writer = _Lane("dsh-sqlite-writer", self._connect_writer)
+        readers = (
+            [writer]
+            if self._memory
+            else [_Lane(f"dsh-sqlite-reader-{n}", self._connect_reader) for n in range(READER_CONNECTIONS)]
+        )
+        try:
+            self._store_id = await self._translate(writer.run(self._open_store), "open the store", None)
+        except BaseException:
+            await self._close_lanes(writer, readers)
+            raise
+        self._writer, self._readers, self._state = writer, readers, "open"
+
+    def _connect_writer(self) -> sqlite3.Connection:
+        if self.path is not None:
+            ensure_safe_location(self.path)
+        return connect(self._location, busy_timeout_ms=self.busy_timeout_ms)
+
+    def _connect_reader(self) -> sqlite3.Connection:
+        # `query_only` makes a reader connection unable to write even by mistake.
+        return connect(self._location, busy_timeout_ms=self.busy_timeout_ms, query_only=True)
+
+    def _open_store(self, conn: sqlite3.Connection) -> str:
+        return prepare_store(conn, reference_schema(), location=self._location)
+
+    async def close(self) -> None:
+        """Release every writer lock and close every connection on its own thread (idempotent)."""
+        if self._state == "closed":
+            return
+        writer, readers = self._writer, self._readers
+        self._state, self._writer, self._readers = "closed", None, []
+        if self._locks is not None:
+            await asyncio.to_thread(self._locks.release_all)
+        if writer is not None:
+            await self._translate(self._close_lanes(writer, readers), "close the store", None)
+
+    @staticmethod
+    async def _close_lanes(writer: _Lane, readers: Sequence[_Lane]) -> None:
+        errors: list[BaseException] = []
+        for lane in {id(lane): lane for lane in (writer, *readers)}.values():
+            try:
+                await lane.close()
+            except Exception as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+    # ----------------------------------------------------------------------------------------------
+    # Plumbing
+
+    def _lanes(self) -> tuple[_Lane, list[_Lane]]:
+        if self._state != "open" or self._writer is None:
+            raise PersistenceClosedError(
+                "the sqlite backend is closed" if self._state == "closed" else "the sqlite backend is not open"
+            )
+        return self._writer, self._readers
+
+    def _reader(self) -> _Lane:
+        _, readers = self._lanes()
+        return min(readers, key=lambda lane: lane.pending)
+
+    async def _translate(self, work: Awaitable[T], what: str, session_id: str | None) -> T:
+        """Await `work`, translating driver and OS failures into `PersistenceIOError`.
+
+        This is the single boundary where `sqlite3` errors (including "database is locked" after
+        the busy timeout) become dsh errors; everything above sees only persistence errors.
+        """
+        try:
+            return await work
+        except (sqlite3.Error, OSError) as error:
+            raise PersistenceIOError(
+                f"sqlite: cannot {what}: {error}", session_id=session_id, location=self._location
+            ) from error
+
+    def _revision(self, incarnation: str, revision: int) -> Revision:
+        return Revision(f"sqlite:{self._store_id}:{incarnation}:{revision}")
+
+    # ----------------------------------------------------------------------------------------------
+    # Reads
+
+    async def list_headers(
+        self, *, parent_session: str | None
+    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+        """Stored header records from `sessions` rows only, sorted by `(created_at, id)`.
+
+        A parent filter is answered by the partial `sessions_by_parent` index. Every row is a
+        complete typed record (STRICT columns), so nothing here is ever reported as damaged; the
+        coordinator validates the records.
+        """
+
+        def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if parent_session is None:
+                return conn.execute(_LIST + " ORDER BY created_at, id").fetchall()
+            return conn.execute(
+                _LIST + " WHERE parent_session = ? ORDER BY created_at, id", (parent_session,)
+            ).fetchall()
+
+        rows = await self._translate(self._reader().run(run), "list sessions", None)
+        return [(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether a `sessions` row exists for the id."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
+
+        return await self._translate(self._reader().run(run), f'look up session "{session_id}"', session_id)
+
+    async def read_revision(self, session_id: str) -> Revision | None:
+        """The current revision from one `sessions` row, or None."""
+
+        def run(conn: sqlite3.Connection) -> tuple[str, int] | None:
+            row = conn.execute("SELECT incarnation, revision FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            return None if row is None else (row[0], row[1])
+
+        found = await self._translate(self._reader().run(run), f'read the revision of "{session_id}"', session_id)
+        return None if found is None else self._revision(*found)
+
+    async def load(self, session_id: str) -> StoredLog | None:
+        """The `sessions` row and every event row, read in one read transaction (one snapshot).
+
+        Raises:
+            SessionCorruptionError: A row that does not decode, a seq that breaks contiguity, or
+                a row count that disagrees with the stored next seq.
+        """
+
+        def run(conn: sqlite3.Connection) -> StoredLog | None:
+            with _read_transaction(conn):
+                row = conn.execute(_SESSION_ROW, (session_id,)).fetchone()
+                if row is None:
+                    return None
+                rows = [] if row[0] != 0 else conn.execute(ALL_EVENTS, (session_id, 0)).fetchall()
+            header = header_record(session_id, row)
+            revision = self._revision(row[_INCARNATION], row[_REVISION])
+            if row[0] != 0:
+                # A foreign version may encode its rows differently: leave them unread so the
+                # coordinator's version refusal is what the caller sees, never corruption.
+                return StoredLog(header=header, events=[], revision=revision)
+            events, oversized = decode_event_rows(session_id, rows, first_seq=0)
+            if len(events) != row[_NEXT_SEQ]:
+                raise corrupt(
+                    session_id, f"the session row expects {row[_NEXT_SEQ]} events but {len(events)} are stored"
+                )
+            return StoredLog(header=header, events=events, revision=revision, oversized_int_at=oversized)
+
+        return await self._translate(self._reader().run(run), f'load session "{session_id}"', session_id)
+
+    async def load_typed(
+        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
+    ) -> StoredLog | None:
+        """Only the rows with `seq >= from_seq` and a type in `types` (all types when None).
+
+        Matching rows come through `events_by_type` (`type IN (...)`), so rows of other types are
+        never read or decoded. The refusal check still covers the whole log: the distinct types of
+        the session are walked with an index skip-scan (`type > ? ORDER BY type LIMIT 1`, one probe
+        per distinct type) and `first_unknown` is the earliest non-ignorable row whose type is not
+        in `known`.
+
+        Raises:
+            SessionCorruptionError: A matching row does not decode, or the last stored seq
+                disagrees with the stored next seq.
+        """
+        type_list = None if types is None else sorted(types)
+
+        def run(conn: sqlite3.Connection) -> StoredLog | None:
+            with _read_transaction(conn):
+                row = conn.execute(_SESSION_ROW, (session_id,)).fetchone()
+                if row is None:
+                    return None
+                if row[0] != 0:
+                    return StoredLog(
+                        header=header_record(session_id, row),
+                        events=[],
+                        revision=self._revision(row[_INCARNATION], row[_REVISION]),
+                    )
+                rows = typed_rows(conn, session_id, type_list, from_seq)
+                first_unknown = first_unknown_type(conn, session_id, known)
+                last = conn.execute(
+                    "SELECT seq FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1", (session_id,)
+                ).fetchone()
+            stored_next = 0 if last is None else last[0] + 1
+            if stored_next != row[_NEXT_SEQ]:
+                raise corrupt(
+                    session_id,
+                    f"the session row expects {row[_NEXT_SEQ]} events but the last stored seq is "
+                    f"{None if last is None else last[0]}",
+                )
+            first = max(from_seq, 0) if type_list is None else None
+            events, oversized = decode_event_rows(session_id, rows, first_seq=first)
+            return StoredLog(
+                header=header_record(session_id, row),
+                events=events,
+                revision=self._revision(row[_INCARNATION], row[_REVISION]),
+                first_unknown=first_unknown,
+                oversized_int_at=oversized,
+                next_seq=stored_next,
+            )
+
+        return await self._translate(self._reader().run(run), f'read events of session "{session_id}"', session_id)
+
+    # ----------------------------------------------------------------------------------------------
+    # Writes
+
+    async def append_batch(
+        self, header: FrozenDict, events: Sequence[SessionEvent], *, materialized: bool, fence: Fence | None
+    ) -> Revision:
+        """Durably append `events` in one `BEGIN IMMEDIATE` transaction (all or nothing).
+
+        With `materialized=False` the `sessions` row (fresh incarnation) and the batch commit
+        together, so nothing is visible before the first batch. The seq check runs before any
+        write. `fence` is unused: file stores guard writers with `flock` (02 §2.1).
+
+        Raises:
+            AppendConflictError: The batch does not start at the stored next seq, or its seqs are
+                not contiguous (`APPEND_SEQ_MISMATCH`); nothing was written.
+            SessionAlreadyExistsError: Materializing an id that is already stored.
+            PersistenceIOError: The driver failed, including a busy timeout; nothing was written.
+        """
+        session_id = str(header["id"])
+        writer, _ = self._lanes()
+        batch = tuple(events)
+        fault, self._fault = self._fault, None
+        return await self._translate(
+            writer.run(
+                lambda conn: self._append(
+                    conn, session_id=session_id, header=header, events=batch, materialized=materialized, fault=fault
+                )
+            ),
+            f'append to session "{session_id}"',
+            session_id,
+        )
+
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        session_id: str,
+        header: Mapping[str, Any],
+        events: Sequence[SessionEvent],
+        materialized: bool,
+        fault: tuple[str, BaseException] | None,
+    ) -> Revision:
+        # Encode before taking the write lock: the lock is held only for the database work.
+        rows = [event_row(session_id, event) for event in events]
+        first_seq: int | None = rows[0][1] if rows else None
+        for offset, row in enumerate(rows):
+            expected = rows[0][1] + offset
+            if row[1] != expected:
+                raise AppendConflictError(
+                    f'batch for session "{session_id}" is not contiguous: expected seq {expected}, got {row[1]}',
+                    session_id=session_id,
+                )
+        # BEGIN IMMEDIATE takes the database write lock now (waiting up to busy_timeout), so the
+        # next-seq check and the inserts see and change one state: no other writer can slip in.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = conn.execute(
+                "SELECT next_seq, incarnation, revision FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone()
+            if not materialized:
+                if current is not None:
+                    raise SessionAlreadyExistsError(
+                        f'refusing to materialize "{session_id}": the session is already stored '
+                        "(load/resume it instead)",
+                        session_id=session_id,
+                    )
+                stored_next = 0
+            elif current is None:
+                raise AppendConflictError(
+                    f'cannot append to session "{session_id}": nothing is stored for it '
+                    f"(the batch starts at seq {first_seq})",
+                    session_id=session_id,
+                )
+            else:
+                stored_next = current[0]
+            if first_seq is not None and first_seq != stored_next:
+                raise AppendConflictError(
+                    f'append to session "{session_id}" starts at seq {first_seq} but the stored next seq is '
+                    f"{stored_next} (stale writer)",
+                    session_id=session_id,
+                )
+            if current is None:
+                incarnation, revision = uuid.uuid4().hex, 1
+                conn.execute(_INSERT_SESSION, (session_id, *header_columns(header), incarnation, 1, len(rows)))
+            elif rows:
+                incarnation, revision = current[1], current[2] + 1
+                conn.execute(
+                    "UPDATE sessions SET revision = ?, next_seq = ? WHERE id = ?",
+                    (revision, stored_next + len(rows), session_id),
+                )
+            else:
+                incarnation, revision = current[1], current[2]
+            if fault is None:
+                conn.executemany(_INSERT_EVENT, rows)
+            else:
+                # Test seam: fail after staging part (or, at the commit step, all) of the batch;
+                # the rollback below undoes it, exactly as for a real driver failure.
+                kind, error = fault
+                conn.executemany(_INSERT_EVENT, rows if kind == "sync" else rows[: len(rows) // 2])
+                raise error
+            # With synchronous=FULL the WAL is fsynced before COMMIT returns: durable on return.
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn, session_id, self._location)
+            raise
+        return self._revision(incarnation, revision)
+
+    async def commit_repair(
+        self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[SessionEvent], *, fence: Fence | None
+    ) -> Revision:
+        """Append the closers as one batch: a transactional store never has a torn tail.
+
+        Raises:
+            ValueError: `torn` is not None (this backend never reports a torn marker).
+        """
+        if torn is not None:
+            raise ValueError("the sqlite backend never reports torn tails, so it cannot remove one")
+        return await self.append_batch(header, closers, materialized=True, fence=fence)
+
+    async def acquire(self, session_id: str) -> Fence | None:
+        """Take the session's exclusive `flock` under `<db path>.locks/` (in a worker thread).
+
+        Raises:
+            LeaseHeldError: Another process (or backend instance) writes the session.
+        """
+        self._lanes()
+        if self._locks is not None:
+            await asyncio.to_thread(self._locks.acquire, session_id)
+        return None
+
+    async def release(self, session_id: str) -> None:
+        """Release the session's writer lock, if held."""
+        if self._locks is not None:
+            await asyncio.to_thread(self._locks.release, session_id)
+
+    def locate(self, header: Mapping[str, Any]) -> str | None:
+        """None: sessions are rows, not artifacts with paths."""
+        return None
+
+    def arm_io_fault(self, kind: str, error: BaseException) -> None:
+        """`dsh.testing.IOFaultSeam`: fail the next append or repair inside its transaction.
+
+        `partial-write` raises after half the rows were inserted, `sync` just before `COMMIT`;
+        both roll back. A rollback cannot be made to fail here, so `rollback` acts as
+        `partial-write`.
+        """
+        self._fault = (kind, error)
+
+    # ----------------------------------------------------------------------------------------------
+    # Diagnostics
+
+    async def connection_settings(self) -> list[dict[str, object]]:
+        """The pragmas each open connection reports (writer first), for `dsh doctor` and tests."""
+
+        def run(conn: sqlite3.Connection) -> dict[str, object]:
+            names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "trusted_schema", "query_only")
+            return {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in names}
+
+        writer, readers = self._lanes()
+        lanes = [writer, *[lane for lane in readers if lane is not writer]]
+        return [await self._translate(lane.run(run), "read connection settings", None) for lane in lanes]
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers run on lane threads
+
+
+@contextlib.contextmanager
+def _read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One snapshot for several SELECTs: under WAL a read transaction never blocks the writer."""
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
+def _rollback(conn: sqlite3.Connection, session_id: str, location: str) -> None:
+    if not conn.in_transaction:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error as failure:
+        raise PersistenceIOError(
+            f'sqlite: failed to roll back the append to session "{session_id}": {failure}',
+            session_id=session_id,
+            location=location,
+        ) from failure  # the append's own error stays attached as the failure's __context__

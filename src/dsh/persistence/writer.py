@@ -1,0 +1,329 @@
+"""Write-behind for one live session (02 §4.4, §4.5), per-id FIFO locks, and shielded mutations.
+
+Layer: persistence. A `SessionWriter` buffers the events of one live session and hands batches to
+the coordinator's *sink*, which performs the backend append under the id lock. Rules:
+
+* **Fixed, non-sliding window**: the first pending event arms the injected timer; later events do
+  not extend it (bounded coalescing, not debounce). At expiry the whole pending prefix becomes one
+  batch. At most one write is active; a batch due while a write runs starts when it settles.
+* **Flush barrier**: cancels the window and writes until the queue is empty, including events
+  admitted meanwhile; concurrent flushes share one barrier; the barrier clears in the step that
+  saw the empty queue, so a later event opens a new window.
+* **Failure retention**: a failed batch goes back in front of newer events; the window is
+  cancelled and automatic writing pauses until the next enqueue or an explicit flush. A background
+  failure is logged once; there is no retry loop. Retries never duplicate or skip seqs because the
+  backend checks the first seq and rolls back a failed append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from dsh.json import FrozenDict
+from dsh.persistence.base import Fence
+from dsh.session.events import SessionEvent
+
+if TYPE_CHECKING:
+    from dsh.session.session import Session
+    from dsh.timer import Timer, TimerHandle
+
+__all__ = ["KeyedLocks", "SessionWriter", "run_shielded"]
+
+_log = logging.getLogger("dsh.persistence")
+
+T = TypeVar("T")
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a background task's outcome as seen (its failure is reported elsewhere)."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def run_shielded(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a mutating step to completion even if the caller is cancelled (02 §4.8).
+
+    The step runs as its own task: once started, an append or a repair is never abandoned
+    half-way, so cancellation can never leave half-applied state. A cancelled caller still gets
+    `CancelledError`; the step finishes on its own and does its own bookkeeping.
+    """
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(_retrieve)
+    return await asyncio.shield(task)
+
+
+class _KeyedLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class KeyedLocks:
+    """FIFO `asyncio.Lock`s keyed by session id, created on demand and dropped when idle.
+
+    `asyncio.Lock` wakes waiters in arrival order, so the operations of one id run in the order
+    they were requested; a failure inside one only releases the lock, it never poisons the queue.
+    Different ids never wait for each other.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, _KeyedLock] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        """Hold the lock of `key` for the body of an `async with`."""
+        entry = self._locks.get(key)
+        if entry is None:
+            entry = self._locks[key] = _KeyedLock()
+        entry.users += 1
+        try:
+            async with entry.lock:
+                yield
+        finally:
+            entry.users -= 1
+            if entry.users == 0 and self._locks.get(key) is entry:
+                del self._locks[key]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+Sink = Callable[["SessionWriter", list[SessionEvent]], Coroutine[Any, Any, None]]
+Init = Callable[["SessionWriter"], Coroutine[Any, Any, None]]
+
+
+class SessionWriter:
+    """The write controller of one live session, plus that session's persistence state.
+
+    Args:
+        session: The live session.
+        backend_name: For log lines.
+        timer: Schedules the batching window.
+        delay_ms: The window length.
+        sink: Writes one batch (the coordinator: under the id lock, via `append_batch`).
+        init: Runs once before the first write of a fresh session (None when already initialised,
+            e.g. a resumed session attached from a preparation).
+        cursor: The stored next seq.
+        materialized: Whether the session is stored already.
+        fence: The writer fence, when one is held.
+        lock_held: Whether this writer holds the backend's writer lock or lease.
+
+    Attributes:
+        cursor: The stored length (= next seq) of the session's log.
+        materialized: Whether anything is stored for the session.
+        fence: The lease fence (PostgreSQL), else None.
+        lock_held: Whether `acquire` succeeded for this writer (released at retirement).
+        previous: Retirements of the same id that were running when this session was published;
+            the init waits for them.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        backend_name: str,
+        timer: Timer,
+        delay_ms: int,
+        sink: Sink,
+        init: Init | None,
+        cursor: int = 0,
+        materialized: bool = False,
+        fence: Fence | None = None,
+        lock_held: bool = False,
+        previous: Sequence[asyncio.Future[Any]] = (),
+    ) -> None:
+        self.session = session
+        self.session_id: str = session.id
+        self.cursor = cursor
+        self.materialized = materialized
+        self.fence = fence
+        self.lock_held = lock_held
+        self.previous = tuple(previous)
+        self._stored_header: FrozenDict | None = None
+        self._backend_name = backend_name
+        self._timer = timer
+        self._delay_ms = delay_ms
+        self._sink = sink
+        self._init = init
+        self._init_task: asyncio.Future[None] | None = None
+        self._init_error: Exception | None = None
+        self._pending: list[SessionEvent] = []
+        self._handle: TimerHandle | None = None
+        self._due = False
+        self._pump: asyncio.Task[None] | None = None
+        self._barrier: asyncio.Future[None] | None = None
+
+    @property
+    def stored_header(self) -> FrozenDict:
+        """The stored header record every batch carries (computed once)."""
+        if self._stored_header is None:
+            self._stored_header = self.session.header.to_stored(self.session.inherited_event_count)
+        return self._stored_header
+
+    @property
+    def pending(self) -> int:
+        """How many events are buffered and not yet durable."""
+        return len(self._pending)
+
+    @property
+    def init_error(self) -> Exception | None:
+        """The stored init failure, re-raised by every flush."""
+        return self._init_error
+
+    def start_init(self) -> None:
+        """Start the init now when a loop runs (otherwise the first write starts it)."""
+        if self._init is None or self._init_task is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._init_task = loop.create_task(self._init(self), name=f"dsh-init-{self.session_id}")
+        self._init_task.add_done_callback(_retrieve)
+
+    # ---------------------------------------------------------------- admission
+
+    def enqueue(self, event: SessionEvent) -> None:
+        """Buffer one committed event (events are immutable: no copy)."""
+        self._pending.append(event)
+        self._admitted()
+
+    def enqueue_many(self, events: Sequence[SessionEvent]) -> None:
+        """Buffer several committed events in order."""
+        if events:
+            self._pending.extend(events)
+            self._admitted()
+
+    def _admitted(self) -> None:
+        # While a barrier runs, it writes everything admitted; a failed init keeps events in
+        # memory and only flushes (which re-raise it) touch them; otherwise the first pending
+        # event opens the fixed window and later ones never extend it.
+        if self._barrier is not None or self._init_error is not None:
+            return
+        if self._handle is None and not self._due:
+            try:
+                self._handle = self._timer.call_later(self._delay_ms, self._expire)
+            except RuntimeError:
+                # No running loop (an append from synchronous code): the events wait for the next
+                # enqueue on the loop or for a flush.
+                self._handle = None
+
+    def _expire(self) -> None:
+        self._handle = None
+        self._due = True
+        self._start_pump()
+
+    def _cancel_window(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._due = False
+
+    def _start_pump(self) -> None:
+        if self._pump is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._pump = loop.create_task(self._run(), name=f"dsh-persist-{self.session_id}")
+
+    # ---------------------------------------------------------------- barrier
+
+    async def flush(self) -> None:
+        """Write everything buffered (and admitted meanwhile); return once it is durable.
+
+        Raises:
+            Exception: The init failure or the failing batch's error (the batch is kept).
+        """
+        if self._barrier is None:
+            self._barrier = asyncio.get_running_loop().create_future()
+            self._cancel_window()
+            self._start_pump()
+        await asyncio.shield(self._barrier)
+
+    def _settle_barrier(self, error: BaseException | None) -> None:
+        barrier, self._barrier = self._barrier, None
+        if barrier is None or barrier.done():
+            return
+        if error is None:
+            barrier.set_result(None)
+        elif isinstance(error, asyncio.CancelledError):
+            barrier.cancel()
+        else:
+            barrier.set_exception(error)
+
+    # ---------------------------------------------------------------- the pump
+
+    async def _run(self) -> None:
+        try:
+            await self._run_batches()
+        except asyncio.CancelledError as error:
+            self._settle_barrier(error)
+            raise
+        finally:
+            self._pump = None
+
+    async def _ensure_init(self) -> bool:
+        """Run the init once (as its own task, never abandoned half-way); False when it failed."""
+        if self._init_error is None and self._init is not None:
+            if self._init_task is None:
+                self._init_task = asyncio.ensure_future(self._init(self))
+                self._init_task.add_done_callback(_retrieve)
+            try:
+                await asyncio.shield(self._init_task)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self._init_error = error
+                self._cancel_window()
+                _log.error(
+                    '%s: persistence init for session "%s" failed (events stay in memory): %s',
+                    self._backend_name,
+                    self.session_id,
+                    error,
+                )
+            else:
+                self._init = None
+        if self._init_error is not None:
+            self._settle_barrier(self._init_error)
+            return False
+        return True
+
+    async def _run_batches(self) -> None:
+        while True:
+            if not self._pending:
+                self._settle_barrier(None)
+                return
+            if not (self._due or self._barrier is not None):
+                return
+            if not await self._ensure_init():
+                return
+            self._due = False
+            batch, self._pending = self._pending, []
+            try:
+                await run_shielded(self._sink(self, batch))
+            except asyncio.CancelledError:
+                # The shielded write goes on; restore the batch so nothing is lost (events it does
+                # store are dropped at the next write because their seq is below the cursor).
+                self._pending[:0] = batch
+                raise
+            except Exception as error:
+                self._pending[:0] = batch
+                self._cancel_window()
+                if self._barrier is not None:
+                    self._settle_barrier(error)
+                else:
+                    _log.error(
+                        '%s: background write for session "%s" failed (buffered events retained): %s',
+                        self._backend_name,
+                        self.session_id,
+                        error,
+                    )
+                return

@@ -1,0 +1,59 @@
+"""Errors of the subagent layer (`dsh.subagent`).
+
+`SubagentError` carries the complete routing table of 05 §4.9 (route on `.code`, never on the
+message). `SubagentDescriptorError` (a malformed persisted descriptor) and `SubagentDepthError` (a
+child past the maximum delegation depth) are separate kinds with their own codes.
+"""
+
+from __future__ import annotations
+
+from dsh.errors import DshError
+
+__all__ = ["SubagentDepthError", "SubagentDescriptorError", "SubagentError"]
+
+
+class SubagentError(DshError):
+    """A subagent operation or the child listing failed; `.code` is one of 05 §4.9."""
+
+    codes = frozenset(
+        {
+            "DUPLICATE_PROVIDER",
+            "NO_PROVIDER",
+            "UNSUPPORTED_CAPABILITY",
+            "CONTINUATION_UNAVAILABLE",
+            "PERSISTENCE_UNAVAILABLE",
+            "DUPLICATE_CHILD",
+            "DRAINING",
+            "ACTIVATION_CLOSING",
+            "UNAUTHORIZED",
+            "NOT_RESUMABLE",
+            "ACTIVATION_TEARDOWN_FAILED",
+            "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE",
+            "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE",
+            "SUBAGENT_CONTROL_QUERY_UNAVAILABLE",
+            "CANCELLED",
+        }
+    )
+
+    def __init__(self, message: str, code: str, cause: BaseException | None = None) -> None:
+        super().__init__(message, code=code)
+        if cause is not None:
+            self.__cause__ = cause
+
+
+class SubagentDescriptorError(DshError, ValueError):
+    """A persisted `subagent/descriptor` payload is malformed; messages start with
+    `persisted subagent descriptor `."""
+
+    codes = frozenset({"SUBAGENT_DESCRIPTOR_INVALID"})
+
+
+class SubagentDepthError(DshError):
+    """A child would exceed `max_depth` (`subagent depth <n> exceeds maxDepth <m>`)."""
+
+    codes = frozenset({"SUBAGENT_DEPTH_EXCEEDED"})
+
+    def __init__(self, attempted_depth: int, max_depth: int) -> None:
+        super().__init__(f"subagent depth {attempted_depth} exceeds maxDepth {max_depth}")
+        self.attempted_depth = attempted_depth
+        self.max_depth = max_depth

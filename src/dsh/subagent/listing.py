@@ -1,0 +1,393 @@
+"""The child catalog: `list_children` and `list_descendants`, exactly as seed 000 decides.
+
+Layer: subagent (listing part; it needs nothing from `dsh.agent`). Enumeration uses the shared,
+live-preferred query corpus; each listed id is paired with the live store. Mode and label come only
+from the registered `subagent` projection unit, read by a three-rung "compute, then stop" ladder:
+
+1. live child: `projections.snapshot(session, ("subagent",))` + `is_own_seq` — zero log reads;
+2. unseeded cold child, cache mounted: `cached_snapshot(header, 0, ("subagent",))` — zero log reads;
+3. otherwise one body-carrying `query.observe_session` + the unit's fold + the own-suffix check.
+
+Outcomes map to rows by the four-state table (plus the witness and unit-raised arms). Each child is
+isolated: its failure becomes its own diagnostic row. Cold candidates go through a FIFO queue consumed
+by at most `cold_read_concurrency` workers in one `asyncio.TaskGroup`; workers record every outcome in
+their candidate's slot and never raise, so cancellation is cooperative (checkpoints C1-C5 on the
+caller's `AbortSignal`, in-flight reads settle) and only the caller's own task cancellation cancels
+tasks. The listing is read-only and keeps no state: no cache writes, no memo, no descriptor parsing
+(this module imports no descriptor parser).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from dsh.abort import AbortSignal
+from dsh.session.header import SessionHeader, SessionId, SessionLogOffset, SessionSeq
+from dsh.subagent.errors import SubagentError
+from dsh.subagent.rows import (
+    SubagentChildRow,
+    SubagentDescendantEntry,
+    SubagentDiagnosticRow,
+    SubagentListEntry,
+)
+
+if TYPE_CHECKING:
+    from dsh.projection.cache import ProjectionCache
+    from dsh.projection.registry import ProjectionRegistry
+    from dsh.query.service import SessionQuery
+    from dsh.services import Services
+    from dsh.session.session import Session
+    from dsh.session.store import SessionStore
+
+__all__ = ["SUBAGENT_KEY", "ListingReport", "SubagentIdentity", "list_children", "list_descendants"]
+
+SUBAGENT_KEY: Final = "subagent"
+_KEYS: Final = (SUBAGENT_KEY,)
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentIdentity:
+    """The value the `subagent` unit folds: mode, label and the seq of the descriptor behind it."""
+
+    mode: Literal["one-shot", "continuable"]
+    seq: SessionSeq
+    label: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode == "continuable" and self.label is None:
+            raise ValueError("a continuable identity requires a label")
+
+    @classmethod
+    def from_view(cls, value: object) -> SubagentIdentity:
+        """Read the unit's client view; raises `ValueError` when it is not an identity."""
+        if not isinstance(value, Mapping):
+            raise ValueError("subagent view is not an object")
+        mode, seq, label = value.get("mode"), value.get("seq"), value.get("label")
+        if mode not in ("one-shot", "continuable"):
+            raise ValueError("subagent view has no valid mode")
+        if type(seq) is not int or seq < 0:
+            raise ValueError("subagent view has no valid seq")
+        if label is not None and type(label) is not str:
+            raise ValueError("subagent view label is not a string")
+        return cls(mode, SessionSeq(seq), label)
+
+
+class _Outcome(Enum):
+    NO_VALUE = "no-value"
+    READ_FAILED = "read-failed"
+    LIFECYCLE_CHANGED = "lifecycle-changed"
+    UNIT_RAISED = "unit-raised"
+    CANCELLED = "cancelled"
+
+
+Rung = Literal[1, 2, 3]
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    identity: SubagentIdentity
+    rung: Rung
+
+
+_Result = _Found | _Outcome
+
+
+@dataclass(slots=True)
+class _Candidate:
+    header: SessionHeader
+    live: Session | None
+    parent_id: SessionId
+    depth: int
+    result: _Result | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListingReport:
+    """Per-row provenance of one listing call, for demos and diagnostics (rung 1/2/3, observations)."""
+
+    rungs: Mapping[SessionId, int]
+    observations: int
+
+
+def _cancelled() -> SubagentError:
+    return SubagentError("subagent listing was cancelled", "CANCELLED")
+
+
+def _stray() -> bool:
+    """True when a `CancelledError` reached a worker although nobody asked its task to cancel.
+
+    A backend or cache may let a `CancelledError` of an inner future escape. That is a fault of one
+    child's read, not a cancellation of the listing: treating it as task cancellation would end the
+    worker silently and leave the rest of its queue unresolved. Real cancellation of the caller's
+    task shows as `cancelling() > 0` on the worker (the TaskGroup forwards it) and is re-raised.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
+
+
+def _require(services: Services) -> tuple[ProjectionRegistry, SessionStore, SessionQuery]:
+    """The required services, checked in the pinned order before any read (05 §3.2)."""
+    projections = services.projections
+    if projections is None:
+        raise SubagentError(
+            "listing subagents requires the projection registry (services.projections)",
+            "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE",
+        )
+    sessions = services.sessions
+    if sessions is None:
+        raise SubagentError(
+            "listing subagents requires the session store (services.sessions)",
+            "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE",
+        )
+    query = services.query
+    if query is None:
+        raise SubagentError(
+            "listing subagents requires the session query service (services.query)",
+            "SUBAGENT_CONTROL_QUERY_UNAVAILABLE",
+        )
+    return projections, sessions, query
+
+
+class _Listing:
+    """One listing call: enumeration, pairing, the ladder and the row mapping."""
+
+    def __init__(
+        self,
+        services: Services,
+        signal: AbortSignal,
+        concurrency: int,
+        ensure_units: Callable[[ProjectionRegistry], None] | None,
+    ) -> None:
+        self.projections, self.sessions, self.query = _require(services)
+        self.cache: ProjectionCache | None = services.projection_cache
+        self.signal = signal
+        self.concurrency = concurrency
+        if ensure_units is not None:
+            ensure_units(self.projections)
+        self.rungs: dict[SessionId, int] = {}
+        self.observations = 0
+
+    def aborted(self) -> bool:
+        # A method, not a property read: the signal can flip across any await.
+        return self.signal.aborted
+
+    def checkpoint(self) -> None:
+        if self.aborted():
+            raise _cancelled()
+
+    async def enumerate(self) -> list[tuple[SessionHeader, Session | None]]:
+        """C1, the corpus read, C2, then pairing with the live store (one synchronous pass)."""
+        self.checkpoint()
+        try:
+            records = await self.query.list_sessions(signal=self.signal)
+        except Exception:
+            if self.aborted():
+                raise _cancelled() from None
+            raise
+        self.checkpoint()
+        paired: list[tuple[SessionHeader, Session | None]] = []
+        for record in records:
+            live = self.sessions.get(record.header.id)
+            paired.append((live.header, live) if live is not None else (record.header, None))
+        return paired
+
+    async def resolve(self, candidates: list[_Candidate]) -> None:
+        """Fill every candidate's result: live ones synchronously, cold ones in a bounded pool."""
+        cold: deque[_Candidate] = deque()
+        for candidate in candidates:
+            if candidate.live is not None:
+                candidate.result = self._rung1(candidate.live)
+            else:
+                cold.append(candidate)
+        if cold:
+            async with asyncio.TaskGroup() as group:
+                for _ in range(min(self.concurrency, len(cold))):
+                    group.create_task(self._worker(cold))
+        # C5: an abort seen anywhere never yields a result, even when every row came from rungs 1-2.
+        self.checkpoint()
+        if any(candidate.result is _Outcome.CANCELLED for candidate in candidates):
+            raise _cancelled()
+
+    def _rung1(self, session: Session) -> _Result:
+        try:
+            snapshot = self.projections.snapshot(session, _KEYS)
+            value = snapshot.values.get(SUBAGENT_KEY)
+            identity = None if value is None else SubagentIdentity.from_view(value)
+        except Exception:
+            return _Outcome.UNIT_RAISED
+        if identity is None or not session.is_own_seq(identity.seq):
+            return _Outcome.NO_VALUE
+        return _Found(identity, 1)
+
+    async def _worker(self, queue: deque[_Candidate]) -> None:
+        # Workers record outcomes in their candidate's slot and never raise (only a cancellation of
+        # their own task propagates), so the TaskGroup never turns a per-child problem into an
+        # ExceptionGroup. After an abort no new candidate starts; in-flight reads settle first.
+        while queue and not self.aborted():
+            candidate = queue.popleft()
+            candidate.result = await self._cold(candidate.header)
+
+    async def _cold(self, header: SessionHeader) -> _Result:
+        if not header.is_seeded and self.cache is not None:
+            found = await self._rung2(header)
+            if found is not None:
+                return found
+        return await self._rung3(header)
+
+    async def _rung2(self, header: SessionHeader) -> _Found | None:
+        assert self.cache is not None
+        try:
+            snapshot = await self.cache.cached_snapshot(header, SessionLogOffset(0), _KEYS)
+            if snapshot is None:
+                return None
+            value = snapshot.values.get(SUBAGENT_KEY)
+            if value is None:
+                return None
+            return _Found(SubagentIdentity.from_view(value), 2)
+        except asyncio.CancelledError:
+            if not _stray():
+                raise
+            return None
+        except Exception:
+            # Derived data: any cache fault (a poisoned row included) falls through to the log.
+            return None
+
+    async def _rung3(self, header: SessionHeader) -> _Result:
+        if self.aborted():  # C3
+            return _Outcome.CANCELLED
+        self.observations += 1
+        try:
+            observation = await self.query.observe_session(header.id, signal=self.signal)
+        except asyncio.CancelledError:
+            if not _stray():
+                raise
+            return _Outcome.CANCELLED if self.aborted() else _Outcome.READ_FAILED
+        except Exception:
+            return _Outcome.CANCELLED if self.aborted() else _Outcome.READ_FAILED
+        if self.aborted():  # C4
+            return _Outcome.CANCELLED
+        if observation.header != header:
+            return _Outcome.LIFECYCLE_CHANGED
+        try:
+            restored = self.projections.restore({}, observation.events, 0, _KEYS)
+            value = restored.snapshot.values.get(SUBAGENT_KEY)
+            identity = None if value is None else SubagentIdentity.from_view(value)
+        except Exception:
+            return _Outcome.UNIT_RAISED
+        if identity is None or identity.seq < observation.inherited_event_count:
+            return _Outcome.NO_VALUE
+        return _Found(identity, 3)
+
+    def row(self, candidate: _Candidate, parents: set[str]) -> SubagentListEntry | None:
+        """Map one ladder outcome to a row (None = omitted, the creation window)."""
+        header, result = candidate.header, candidate.result
+        if isinstance(result, _Found):
+            self.rungs[header.id] = result.rung
+            identity = result.identity
+            return SubagentChildRow(
+                header.id,
+                identity.mode,
+                "running" if candidate.live is not None else "inactive",
+                header.id in parents,
+                label=identity.label,
+            )
+        if result is _Outcome.NO_VALUE:
+            if candidate.live is not None:
+                return None
+            return SubagentDiagnosticRow(header.id, "corrupt")
+        if result is _Outcome.READ_FAILED:
+            return SubagentDiagnosticRow(header.id, "unavailable")
+        # Every slot is filled once `resolve` returned without raising (an abort raises instead).
+        assert result in (_Outcome.LIFECYCLE_CHANGED, _Outcome.UNIT_RAISED), result
+        return SubagentDiagnosticRow(header.id, "corrupt")
+
+    def report(self) -> ListingReport:
+        return ListingReport(dict(self.rungs), self.observations)
+
+
+def _order(header: SessionHeader) -> tuple[int, str]:
+    return (header.created_at, header.id)
+
+
+def _subagent_parents(paired: Sequence[tuple[SessionHeader, Any]]) -> set[str]:
+    return {h.parent_session for h, _ in paired if h.origin == "subagent" and h.parent_session is not None}
+
+
+async def list_children(
+    services: Services,
+    parent_session_id: str,
+    *,
+    signal: AbortSignal | None = None,
+    cold_read_concurrency: int = 4,
+    ensure_units: Callable[[ProjectionRegistry], None] | None = None,
+    report: Callable[[ListingReport], None] | None = None,
+) -> list[SubagentListEntry]:
+    """The direct subagent children of `parent_session_id`, ordered by `(createdAt, id)`.
+
+    Raises:
+        SubagentError: a missing required service (checked first, in order) or `CANCELLED`.
+        Exception: a failure of the query corpus itself propagates unchanged.
+    """
+    listing = _Listing(services, signal or AbortSignal.none(), cold_read_concurrency, ensure_units)
+    paired = await listing.enumerate()
+    parents = _subagent_parents(paired)
+    candidates = [
+        _Candidate(header, live, SessionId(parent_session_id), 1)
+        for header, live in sorted(paired, key=lambda pair: _order(pair[0]))
+        if header.origin == "subagent" and header.parent_session == parent_session_id
+    ]
+    await listing.resolve(candidates)
+    rows = [row for candidate in candidates if (row := listing.row(candidate, parents)) is not None]
+    if report is not None:
+        report(listing.report())
+    return rows
+
+
+async def list_descendants(
+    services: Services,
+    root_session_id: str,
+    *,
+    signal: AbortSignal | None = None,
+    cold_read_concurrency: int = 4,
+    ensure_units: Callable[[ProjectionRegistry], None] | None = None,
+    report: Callable[[ListingReport], None] | None = None,
+) -> list[SubagentDescendantEntry]:
+    """Every subagent below `root_session_id`, in pre-order, with parent id and depth.
+
+    The walk crosses ordinary sessions, one-shot children, omitted and diagnostic nodes (their
+    subtrees are still listed) and is iterative, so a 10,000-deep chain is fine.
+    """
+    listing = _Listing(services, signal or AbortSignal.none(), cold_read_concurrency, ensure_units)
+    paired = await listing.enumerate()
+    parents = _subagent_parents(paired)
+    children: dict[str, list[tuple[SessionHeader, Session | None]]] = {}
+    for header, live in sorted(paired, key=lambda pair: _order(pair[0])):
+        if header.parent_session is not None:
+            children.setdefault(header.parent_session, []).append((header, live))
+    positions: list[_Candidate] = []
+    visited = {root_session_id}
+    stack: list[tuple[SessionHeader, Session | None, str, int]] = [
+        (header, live, root_session_id, 1) for header, live in reversed(children.get(root_session_id, []))
+    ]
+    while stack:
+        header, live, parent_id, depth = stack.pop()
+        if header.id in visited:
+            continue
+        visited.add(header.id)
+        if header.origin == "subagent":
+            positions.append(_Candidate(header, live, SessionId(parent_id), depth))
+        stack.extend((h, lv, header.id, depth + 1) for h, lv in reversed(children.get(header.id, [])))
+    await listing.resolve(positions)
+    out: list[SubagentDescendantEntry] = []
+    for candidate in positions:
+        row = listing.row(candidate, parents)
+        if row is not None:
+            out.append(SubagentDescendantEntry(row, candidate.parent_id, candidate.depth))
+    if report is not None:
+        report(listing.report())
+    return out

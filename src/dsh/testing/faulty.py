@@ -1,0 +1,293 @@
+"""`FaultyBackend`: a `StorageBackend` wrapper that injects faults, gates calls and counts them.
+
+Layer: testing (shipped). It wraps any backend and forwards every call, so a conformance test can
+make the next append fail, fail every call until cleared, fail once a number of events went
+through, hold a call at a gate until the test releases it, and count or time what reached the
+backend. Faults *inside* a backend's write (after part of a batch was written, or at its
+durability step) need the backend's cooperation: a backend that supports them offers the
+`IOFaultSeam` protocol, and the backend must still leave the batch all-or-nothing (it rolls back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+from dsh.json import FrozenDict
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    Revision,
+    StorageBackend,
+    StoredLog,
+    TornMarker,
+)
+from dsh.persistence.errors import PersistenceIOError
+from dsh.session.events import SessionEvent
+
+__all__ = ["HANG_GUARD_S", "AppendRecord", "FaultyBackend", "IOFaultKind", "IOFaultSeam"]
+
+HANG_GUARD_S: Final = 30.0
+"""How long a wait helper waits before failing: a guard against hangs, never a timing assertion."""
+
+IOFaultKind = Literal["partial-write", "sync", "rollback"]
+"""Where an in-backend fault strikes during the next `append_batch` or `commit_repair`.
+
+* `partial-write`: after part of the batch's data was written; the backend rolls back, then raises.
+* `sync`: at the durability step (fsync, commit) after everything was written; rolled back, raised.
+* `rollback`: like `partial-write`, and the rollback itself fails (the backend reports that, e.g. a
+  `PersistenceIOError` naming the artifact in `location`). Backends that cannot fail a rollback
+  treat it as `partial-write`.
+"""
+
+
+@runtime_checkable
+class IOFaultSeam(Protocol):
+    """A backend that can fail its own next write from the inside (test support)."""
+
+    def arm_io_fault(self, kind: IOFaultKind, error: BaseException) -> None:
+        """Make the next `append_batch` or `commit_repair` fail at `kind`, raising `error`."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRecord:
+    """One `append_batch` that reached the inner backend and succeeded.
+
+    Attributes:
+        at: The injected clock's reading when the call started (None without a clock).
+        session_id: The session the batch belongs to.
+        first_seq: The seq of the batch's first event.
+        count: How many events the batch held.
+        materialized: The `materialized` flag the coordinator passed.
+    """
+
+    at: int | None
+    session_id: str
+    first_seq: int
+    count: int
+    materialized: bool
+
+
+def _injected(method: str) -> PersistenceIOError:
+    return PersistenceIOError(f"injected fault in {method}")
+
+
+class _Gate:
+    """A closed gate that calls wait at until the test opens it."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+
+
+class FaultyBackend:
+    """Wraps `inner`, forwarding every call, with faults, gates and counters.
+
+    Args:
+        inner: The backend to wrap.
+        clock: Read at each successful append for `appends[i].at` (e.g. `ManualTimer.now_ms`).
+
+    Attributes:
+        calls: How many times each method was called (faulted calls included).
+        appends: The successful `append_batch` calls, in order.
+    """
+
+    def __init__(self, inner: StorageBackend, *, clock: Callable[[], int] | None = None) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self.capabilities: frozenset[Capability] = inner.capabilities
+        self.calls: Counter[str] = Counter()
+        self.appends: list[AppendRecord] = []
+        self._clock = clock
+        self._next: dict[str, list[BaseException]] = {}
+        self._always: dict[str, BaseException] = {}
+        self._after_events: tuple[int, BaseException] | None = None
+        self._events_through = 0
+        self._gates: dict[str, _Gate] = {}
+        self._changed = asyncio.Condition()
+
+    # ---------------------------------------------------------------- fault control
+
+    def fail_next(self, method: str = "append_batch", error: BaseException | None = None) -> None:
+        """Make the next call of `method` raise `error` before reaching the inner backend."""
+        self._next.setdefault(method, []).append(error if error is not None else _injected(method))
+
+    def fail_next_append(self, error: BaseException | None = None, *, partial: bool = False) -> None:
+        """Fail the next append: before anything is written, or (`partial`) after part of it was.
+
+        A partial fault needs an inner backend offering `IOFaultSeam`; the batch stays
+        all-or-nothing because the backend rolls back before raising.
+
+        Raises:
+            TypeError: `partial` was asked of a backend without an `IOFaultSeam`.
+        """
+        if partial:
+            self._arm_seam("partial-write", error)
+        else:
+            self.fail_next("append_batch", error)
+
+    def fail_next_sync(self, error: BaseException | None = None) -> None:
+        """Fail the next append at its durability step (fsync or commit); needs an `IOFaultSeam`."""
+        self._arm_seam("sync", error)
+
+    def fail_next_rollback(self, error: BaseException | None = None) -> None:
+        """Fail the next append part-way and make its rollback fail too; needs an `IOFaultSeam`."""
+        self._arm_seam("rollback", error)
+
+    def _arm_seam(self, kind: IOFaultKind, error: BaseException | None) -> None:
+        if not isinstance(self.inner, IOFaultSeam):
+            raise TypeError(f"backend {self.inner.name!r} offers no IOFaultSeam; in-backend faults need one")
+        self.inner.arm_io_fault(kind, error if error is not None else _injected(kind))
+
+    def fail_after_events(self, count: int, error: BaseException | None = None) -> None:
+        """Let `count` more events through `append_batch`; the batch that would exceed them fails once.
+
+        The failing batch is refused before it reaches the inner backend (nothing of it is written).
+        """
+        self._after_events = (self._events_through + count, error if error is not None else _injected("append_batch"))
+
+    def fail_always(self, method: str = "append_batch", error: BaseException | None = None) -> None:
+        """Make every call of `method` raise until `clear()`."""
+        self._always[method] = error if error is not None else _injected(method)
+
+    def clear(self) -> None:
+        """Remove every pending and permanent fault (gates stay as they are)."""
+        self._next.clear()
+        self._always.clear()
+        self._after_events = None
+
+    def hold_calls(self, method: str) -> None:
+        """Close a gate: calls of `method` wait (after being counted) until `release_calls(method)`."""
+        self._gates.setdefault(method, _Gate())
+
+    def release_calls(self, method: str) -> None:
+        """Open the gate of `method`, letting waiting and later calls proceed."""
+        gate = self._gates.pop(method, None)
+        if gate is not None:
+            gate.opened.set()
+
+    async def wait_calls(self, method: str, count: int) -> None:
+        """Wait until `method` was called at least `count` times (a generous guard only catches hangs)."""
+
+        async def reached() -> None:
+            async with self._changed:
+                await self._changed.wait_for(lambda: self.calls[method] >= count)
+
+        await asyncio.wait_for(reached(), HANG_GUARD_S)
+
+    async def wait_appends(self, count: int) -> None:
+        """Wait until `count` appends succeeded (a generous guard only catches hangs)."""
+
+        async def reached() -> None:
+            async with self._changed:
+                await self._changed.wait_for(lambda: len(self.appends) >= count)
+
+        await asyncio.wait_for(reached(), HANG_GUARD_S)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _enter(self, method: str) -> None:
+        self.calls[method] += 1
+        await self._notify()
+        gate = self._gates.get(method)
+        if gate is not None:
+            await gate.opened.wait()
+        queued = self._next.get(method)
+        if queued:
+            raise queued.pop(0)
+        error = self._always.get(method)
+        if error is not None:
+            raise error
+
+    # ---------------------------------------------------------------- StorageBackend
+
+    async def open(self) -> None:
+        """Forward `open`."""
+        await self._enter("open")
+        await self.inner.open()
+
+    async def list_headers(
+        self, *, parent_session: str | None
+    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+        """Forward `list_headers`."""
+        await self._enter("list_headers")
+        return await self.inner.list_headers(parent_session=parent_session)
+
+    async def exists(self, session_id: str) -> bool:
+        """Forward `exists`."""
+        await self._enter("exists")
+        return await self.inner.exists(session_id)
+
+    async def load(self, session_id: str) -> StoredLog | None:
+        """Forward `load`."""
+        await self._enter("load")
+        return await self.inner.load(session_id)
+
+    async def load_typed(
+        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
+    ) -> StoredLog | None:
+        """Forward `load_typed`."""
+        await self._enter("load_typed")
+        return await self.inner.load_typed(session_id, types, from_seq, known)
+
+    async def read_revision(self, session_id: str) -> Revision | None:
+        """Forward `read_revision`."""
+        await self._enter("read_revision")
+        return await self.inner.read_revision(session_id)
+
+    async def append_batch(
+        self, header: FrozenDict, events: Sequence[SessionEvent], *, materialized: bool, fence: Fence | None
+    ) -> Revision:
+        """Forward `append_batch`, applying the event-count fault and recording successes."""
+        await self._enter("append_batch")
+        if self._after_events is not None:
+            limit, error = self._after_events
+            if self._events_through + len(events) > limit:
+                self._after_events = None
+                raise error
+        at = self._clock() if self._clock is not None else None
+        revision = await self.inner.append_batch(header, events, materialized=materialized, fence=fence)
+        self._events_through += len(events)
+        session_id = str(header["id"])
+        first = events[0].seq if events else -1
+        self.appends.append(AppendRecord(at, session_id, first, len(events), materialized))
+        await self._notify()
+        return revision
+
+    async def commit_repair(
+        self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[SessionEvent], *, fence: Fence | None
+    ) -> Revision:
+        """Forward `commit_repair`."""
+        await self._enter("commit_repair")
+        return await self.inner.commit_repair(header, torn, closers, fence=fence)
+
+    async def acquire(self, session_id: str) -> Fence | None:
+        """Forward `acquire`."""
+        await self._enter("acquire")
+        return await self.inner.acquire(session_id)
+
+    async def release(self, session_id: str) -> None:
+        """Forward `release`."""
+        await self._enter("release")
+        await self.inner.release(session_id)
+
+    def locate(self, header: Mapping[str, Any]) -> str | None:
+        """Forward `locate` (not counted: it does no I/O)."""
+        return self.inner.locate(header)
+
+    async def close(self) -> None:
+        """Forward `close`."""
+        await self._enter("close")
+        await self.inner.close()
+
+    # ---------------------------------------------------------------- reading the counters
+
+    @property
+    def reads(self) -> int:
+        """Backend log reads so far (`load` plus `load_typed`)."""
+        return self.calls["load"] + self.calls["load_typed"]

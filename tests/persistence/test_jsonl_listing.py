@@ -1,0 +1,264 @@
+"""JSONL listing and lookup: header-only reads, damaged rows, detectors, duplicates, revisions (02 #44, #45; 07 P7)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonl_helpers import CountingOpener, closed_records, make_backend, make_writer, running, stored_header
+
+from dsh.persistence.errors import SessionCorruptionError, StoreMisconfiguredError
+from dsh.persistence.jsonl import JsonlBackend
+from dsh.persistence.jsonl_format import encode_batch, encode_header
+from dsh.session import HeaderInit
+from dsh.testing.jsonl_writer import JsonlLogWriter
+from dsh.testing.stored_logs import append_note
+
+
+@pytest.fixture(params=["zstd", "none"])
+def compression(request: pytest.FixtureRequest) -> str:
+    """Both encodings."""
+    return str(request.param)
+
+
+async def test_44_listing_survives_damage_of_every_kind(tmp_path: Path, compression: str) -> None:
+    """(02 #44) Damaged events and 8 KiB+ headers list; empty/incomplete heads are skipped; a bad header is damaged."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    await writer.write("damaged", stored_header("damaged", created_at=1), closed_records(1))
+    await writer.damage_events("damaged")
+    await writer.write("big", stored_header("big", created_at=2, agentPreset="p" * 9000), closed_records(1))
+    await writer.write("fine", stored_header("fine", created_at=3), closed_records(1))
+    await writer.write_bytes("empty", b"")
+    incomplete = writer.frame(encode_header(stored_header("incomplete")))
+    incomplete = incomplete[:-4] if compression == "zstd" else incomplete[:-1]
+    await writer.write_bytes("incomplete", incomplete)
+    await writer.write("invalid", {"type": "session", "version": 0, "id": "invalid", "createdAt": -5}, [])
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        listing = await coordinator.list()
+        assert [row.header.id for row in listing] == ["damaged", "big", "fine"]
+        assert listing.rows[1].header.agent_preset == "p" * 9000
+        assert [(d.location, d.code) for d in listing.damaged] == [(writer.path_of("invalid"), "SESSION_CORRUPT")]
+        assert writer.path_of("invalid") in listing.damaged[0].message
+
+
+async def test_45_one_id_in_two_projects_is_reported_and_left_out(tmp_path: Path, compression: str) -> None:
+    """(02 #45) One id in two project directories: both paths damaged (`SESSION_CORRUPT`), others listed."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    await writer.write("twin", stored_header("twin", cwd="/a"), closed_records(1))
+    first = writer.path_of("twin")
+    await writer.write("other", stored_header("other", cwd="/b"), closed_records(1))
+    second = writer.path_for("twin", cwd="/b")
+    os.makedirs(os.path.dirname(second))
+    Path(second).write_bytes(writer.encode(stored_header("twin", cwd="/b"), closed_records(1)))
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        listing = await coordinator.list()
+        assert [row.header.id for row in listing] == ["other"]
+        assert sorted(d.location for d in listing.damaged) == sorted([first, second])
+        assert {d.code for d in listing.damaged} == {"SESSION_CORRUPT"}
+        assert all("duplicate session id" in d.message for d in listing.damaged)
+        with pytest.raises(SessionCorruptionError, match="duplicate session id"):
+            await coordinator.inspect("twin")
+
+
+async def test_45_other_encoding_in_root_is_misconfigured(tmp_path: Path, compression: str) -> None:
+    """(02 #45) An artifact of the other encoding in a root makes every operation `STORE_MISCONFIGURED`."""
+    root = tmp_path / "sessions"
+    other = "none" if compression == "zstd" else "zstd"
+    await make_writer(root, compression).write("mine", stored_header("mine"), closed_records(1))
+    await make_writer(root, other).write("foreign", stored_header("foreign"), closed_records(1))
+    backend = make_backend(root, compression)
+    with pytest.raises(StoreMisconfiguredError, match="use a separate root") as caught:
+        await backend.open()
+    assert caught.value.code == "STORE_MISCONFIGURED"
+    for call in (
+        backend.list_headers(parent_session=None),
+        backend.load("foreign"),
+        backend.exists("foreign"),
+        backend.read_revision("foreign"),
+    ):
+        with pytest.raises(StoreMisconfiguredError):
+            await call
+
+
+async def test_45_flat_legacy_file_is_misconfigured(tmp_path: Path, compression: str) -> None:
+    """(02 #45) A flat legacy `<project>/<id>.jsonl[.zstd]` makes open, listing and lookup `STORE_MISCONFIGURED`."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    await writer.write("fine", stored_header("fine"), closed_records(1))
+    await writer.write_flat("legacy", stored_header("legacy"), closed_records(1))
+    backend = make_backend(root, compression)
+    with pytest.raises(StoreMisconfiguredError, match="flat legacy layout"):
+        await backend.open()
+    with pytest.raises(StoreMisconfiguredError):
+        await backend.list_headers(parent_session=None)
+    with pytest.raises(StoreMisconfiguredError):
+        await backend.load("legacy")
+
+
+async def test_materialize_refuses_other_encoding_in_the_session_directory(tmp_path: Path) -> None:
+    """Materializing where the other encoding's transcript exists is refused as `STORE_MISCONFIGURED`."""
+    root = tmp_path / "sessions"
+    await JsonlLogWriter(root, compression="none").write("s1", stored_header("s1"), closed_records(1))
+    backend = JsonlBackend(root)
+    header = stored_header("s1")
+    with pytest.raises(StoreMisconfiguredError):
+        await backend.append_batch(header, [], materialized=False, fence=None)  # type: ignore[arg-type]
+
+
+async def test_parent_filter_and_sort_order(tmp_path: Path, compression: str) -> None:
+    """`list(parent_session=p)` keeps direct children only, sorted by `(created_at, id)`."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    for session_id, created, parent in (("c2", 5, "p"), ("c1", 5, "p"), ("c0", 9, "p"), ("x", 1, "q"), ("p", 0, None)):
+        await writer.write(session_id, stored_header(session_id, created_at=created, parentSession=parent), [])
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        assert [row.header.id for row in await coordinator.list(parent_session="p")] == ["c1", "c2", "c0"]
+        assert [row.header.id for row in await coordinator.list()] == ["p", "x", "c1", "c2", "c0"]
+
+
+async def test_revisions_agree_across_read_paths_and_change_on_append(tmp_path: Path, compression: str) -> None:
+    """list, inspect, revision and read_events report one revision; an append changes it."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    await writer.write("s1", stored_header("s1"), closed_records(1))
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        (row,) = (await coordinator.list()).rows
+        observation = await coordinator.inspect("s1")
+        revision = await coordinator.revision("s1")
+        sliced = await coordinator.read_events("s1")
+        assert row.revision == observation.revision == revision == sliced.revision
+        await writer.append("s1", closed_records(2)[6:])
+        changed = await coordinator.revision("s1")
+        assert changed != revision
+        assert (await coordinator.inspect("s1")).revision == changed
+        assert len((await coordinator.inspect("s1")).events) == 12
+
+
+async def test_revision_changes_after_a_same_size_rewrite(tmp_path: Path) -> None:
+    """A rewrite that keeps the size still changes the revision (the last 4 KiB are hashed)."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, "none")
+    records = closed_records(1)
+    await writer.write("s1", stored_header("s1"), records)
+    backend = make_backend(root, "none")
+    before = await backend.read_revision("s1")
+    path = Path(writer.path_of("s1"))
+    stat = path.stat()
+    data = path.read_bytes().replace(b'"hello"', b'"hallo"')
+    path.write_bytes(data)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert await backend.read_revision("s1") != before
+
+
+async def test_two_stores_with_identical_content_never_share_a_revision(tmp_path: Path) -> None:
+    """Identical logs in two roots have different revisions (device/inode differ)."""
+    revisions = []
+    for name in ("a", "b"):
+        writer = make_writer(tmp_path / name, "zstd")
+        await writer.write("s1", stored_header("s1"), closed_records(1))
+        revisions.append(await make_backend(tmp_path / name, "zstd").read_revision("s1"))
+    assert revisions[0] != revisions[1]
+
+
+async def test_lookup_cache_follows_a_moved_session(tmp_path: Path) -> None:
+    """The in-process id -> path cache is verified on use: a log moved to another project is found again."""
+    root = tmp_path / "sessions"
+    backend = make_backend(root, "zstd")
+    async with running(backend) as (coordinator, store):
+        session = store.create("s1", header=HeaderInit(cwd="/a"))
+        append_note(session, 0)
+        await store.flush(session)
+        store.dispose(session)
+        await coordinator.drain("s1")
+    writer = make_writer(root, "zstd")
+    old = writer.path_of("s1")
+    await writer.write("s1", stored_header("s1", cwd="/b"), [])
+    assert not os.path.exists(old)
+    reopened = make_backend(root, "zstd")
+    assert await reopened.exists("s1")
+    log = await reopened.load("s1")
+    assert log is not None
+    assert log.location == writer.path_of("s1")
+
+
+async def test_p7_listing_reads_only_header_frames(tmp_path: Path) -> None:
+    """(07 P7) Listing 1,000 sessions opens each log once and reads a bounded head + tail, never the events."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, "zstd")
+    body = writer.frame(encode_batch(closed_records(8)))  # one pre-compressed event frame, copied
+    large = body * 60
+    assert len(large) > 40_000
+
+    def build() -> None:
+        for index in range(1000):
+            session_id = f"s{index:04d}"
+            path = writer.path_for(session_id)
+            os.makedirs(os.path.dirname(path))
+            data = writer.frame(encode_header(stored_header(session_id, created_at=index)))
+            Path(path).write_bytes(data + (large if index % 2 else body))
+
+    await asyncio.to_thread(build)
+    opener = CountingOpener()
+    backend = JsonlBackend(root, opener=opener)
+    rows, damaged = await backend.list_headers(parent_session=None)
+    assert (len(rows), damaged) == (1000, [])
+    assert len(opener.opens) == 1000
+    assert set(opener.opens.values()) == {1}
+    small = [opener.bytes_read[writer.path_for(f"s{i:04d}")] for i in range(0, 1000, 2)]
+    big = [opener.bytes_read[writer.path_for(f"s{i:04d}")] for i in range(1, 1000, 2)]
+    assert max(big) <= 8192 + 4096
+    assert max(big) - min(big) == 0
+    assert sum(big) < 1000 * len(large) // 5
+    assert max(small) <= 8192 + 4096
+    await backend.close()
+
+
+async def test_listing_omits_a_log_deleted_after_discovery(tmp_path: Path) -> None:
+    """A session directory without a transcript is skipped (a log deleted between walk and read)."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, "zstd")
+    await writer.write("gone", stored_header("gone"), closed_records(1))
+    await writer.write("kept", stored_header("kept"), closed_records(1))
+    os.unlink(writer.path_of("gone"))
+    rows, damaged = await make_backend(root, "zstd").list_headers(parent_session=None)
+    assert [row[0]["id"] for row in rows] == ["kept"]
+    assert damaged == []
+
+
+async def test_load_typed_filters_a_full_decode(tmp_path: Path, compression: str) -> None:
+    """`load_typed` (JSONL has no `TYPED_READS`) filters a full decode and reports the whole log's facts."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    records = closed_records(2)
+    foreign = {"type": "acme/x", "seq": len(records), "time": 1, "data": {}}
+    await writer.write("s1", stored_header("s1"), [*records, foreign])
+    backend = make_backend(root, compression)
+    log = await backend.load_typed("s1", frozenset({"turn/end"}), 3, frozenset({"turn/end", "turn/start"}))
+    assert log is not None
+    assert [record["seq"] for record in log.events] == [5, 11]
+    assert log.next_seq == len(records) + 1
+    assert log.first_unknown == ("user/message", 1)
+    assert await backend.load_typed("missing", None, 0, frozenset()) is None
+
+
+async def test_unreadable_log_is_reported_without_failing_the_listing(tmp_path: Path) -> None:
+    """A log that cannot be read is reported in `damaged` (`PERSISTENCE_IO`); the other sessions still list."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, "zstd")
+    await writer.write("bad", stored_header("bad"), closed_records(1))
+    await writer.write("good", stored_header("good"), closed_records(1))
+    bad = writer.path_of("bad")
+
+    def opener(path: str, mode: str) -> Any:
+        if path == bad:
+            raise PermissionError(13, "Permission denied", path)
+        return open(path, mode)  # the backend closes it
+
+    rows, damaged = await JsonlBackend(root, opener=opener).list_headers(parent_session=None)
+    assert [row[0]["id"] for row in rows] == ["good"]
+    assert [(d.location, d.code) for d in damaged] == [(bad, "PERSISTENCE_IO")]

@@ -1,0 +1,412 @@
+"""The write policy: `turn/end`, disposal, count and interval throttles, fail-soft writes, `aclose` (03 §3.4).
+
+The cache stack uses count throttle 3 and interval 250 ms on a `ManualTimer`, so time moves only when
+a test advances it (§5 #31, #32, #34, #35).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
+
+from dsh.projection import ProjectionRegistry
+from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
+from dsh.projection.cache_storage import MemoryCacheStorage
+from dsh.session import Session, SessionStore
+from dsh.testing.timer import ManualTimer
+
+LOGGER = "dsh.projection.cache"
+
+
+def _failed(trigger: str, session_id: str, error: str) -> str:
+    return f'session projection cache: {trigger} write for "{session_id}" failed (cache stays stale): {error}'
+
+
+async def _seq_of(stack: CacheStack, session_id: str, key: str = "counter") -> int | None:
+    record = await stack.record(session_id)
+    return None if record is None else record.rows[key]["seq"]
+
+
+async def test_31_turn_end_writes_exactly_one_record_at_the_turn_end_seq(stack: CacheStack, counter, emit):
+    """(03 #31) `turn/start` and `user/message` alone write nothing; `turn/end` writes one record at its seq."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.turn_start(session)
+    emit.user(session)
+    await stack.settle()
+    assert stack.storage.puts == 0
+
+    end = emit.turn_end(session)
+    await stack.settle()
+
+    assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == end.seq
+
+
+async def test_32_the_count_throttle_writes_at_the_third_event(stack: CacheStack, counter, emit):
+    """(03 #32) With count 3 two events write nothing and the third writes once (its armed timer is cancelled)."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    emit.user(session)
+    await stack.settle()
+    assert stack.storage.puts == 0
+
+    third = emit.user(session)
+    await stack.settle()
+
+    assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == third.seq
+    assert stack.timer.pending == 0
+
+
+async def test_32_the_interval_fires_at_250_ms_not_249(stack: CacheStack, counter, emit):
+    """(03 #32) One dirty event arms the timer: no write at 249 ms, one write at 250 ms."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    event = emit.user(session)
+
+    stack.timer.advance_to(249)
+    await stack.settle()
+    assert stack.storage.puts == 0
+
+    stack.timer.advance_to(250)
+    await stack.settle()
+    assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == event.seq
+
+
+async def test_32_later_events_do_not_move_the_deadline(stack: CacheStack, counter, emit):
+    """(03 #32) An event at 100 ms neither re-arms nor delays the timer armed at 0 ms."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    stack.timer.advance_to(100)
+    second = emit.user(session)
+    assert stack.timer.next_due() == 250
+
+    stack.timer.advance_to(249)
+    await stack.settle()
+    assert stack.storage.puts == 0
+    stack.timer.advance_to(250)
+    await stack.settle()
+
+    assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == second.seq
+
+
+async def test_the_first_dirty_event_after_a_clean_write_arms_a_fresh_timer(stack: CacheStack, counter, emit):
+    """(03 §3.4) After an interval write the next event arms a new window from its own time."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    stack.timer.advance_to(250)
+    await stack.settle()
+    stack.timer.advance_to(400)
+
+    emit.user(session)
+
+    assert stack.timer.next_due() == 650
+
+
+async def test_turn_end_does_not_count_and_resets_the_counter(stack: CacheStack, counter, emit):
+    """(03 §3.4) `turn/end` writes without counting; the count restarts from zero after it."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    emit.user(session)
+    emit.turn_end(session)
+    await stack.settle()
+    assert stack.storage.puts == 1
+
+    emit.user(session)
+    emit.user(session)
+    await stack.settle()
+    assert stack.storage.puts == 1
+    emit.user(session)
+    await stack.settle()
+    assert stack.storage.puts == 2
+
+
+async def test_a_burst_of_events_queues_one_count_write(stack: CacheStack, counter, emit):
+    """(03 §3.4) Events that arrive while a policy write waits for its cut are covered by it: one write."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    for _ in range(10):
+        emit.user(session)
+    await stack.settle()
+
+    assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == session.seq - 1
+    assert stack.timer.pending == 0
+
+
+async def test_disposal_writes_once_and_cancels_the_armed_timer(stack: CacheStack, counter, emit):
+    """(03 §3.4) `disposed` is a mandatory write; the dirty state and its timer go with it."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    assert stack.timer.pending == 1
+
+    stack.store.dispose(session)
+    await stack.settle()
+    stack.timer.advance(10_000)
+    await stack.settle()
+
+    assert stack.timer.pending == 0
+    assert stack.storage.puts == 1
+    assert stack.cache._dirty == {}
+
+
+async def test_34_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack, counter, emit, caplog):
+    """(03 #34) A failing put logs the pinned warning naming `turn-end` and the id; the next turn end heals."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    stack.storage.fail_puts.append(OSError("disk full"))
+    emit.turn_start(session)
+    emit.user(session)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        emit.turn_end(session)
+        await stack.settle()
+
+    assert _failed("turn-end", "s", "projection cache storage failed: disk full") in caplog.messages
+    assert await stack.record("s") is None
+
+    emit.turn_start(session, 2)
+    emit.user(session)
+    end = emit.turn_end(session, 2)
+    await stack.settle()
+    record = await stack.record("s")
+    assert record is not None
+    assert record.rows["counter"] == {"ver": 1, "seq": end.seq, "val": {"n": 2}}
+
+
+@pytest.mark.parametrize(
+    ("trigger", "act"),
+    [
+        ("count", lambda stack, emit, s: [emit.user(s) for _ in range(3)]),
+        ("interval", lambda stack, emit, s: (emit.user(s), stack.timer.advance(250))),
+        ("dispose", lambda stack, emit, s: stack.store.dispose(s)),
+    ],
+)
+async def test_every_trigger_logs_its_failure(stack: CacheStack, counter, emit, caplog, trigger: str, act):
+    """(03 §3.4) Count, interval and dispose writes are fail-soft and log the pinned text with their trigger."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    stack.storage.fail_puts.append(OSError("boom"))
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        act(stack, emit, session)
+        await stack.settle()
+
+    assert _failed(trigger, "s", "projection cache storage failed: boom") in caplog.messages
+
+
+async def test_a_failed_flush_is_logged_and_the_next_write_heals(stack: CacheStack, counter, emit, caplog):
+    """(03 §3.4) A write whose durability step fails logs and stores nothing; the next turn end lands."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    failures = [OSError("fsync failed")]
+
+    async def flaky_flush(flushed: Session) -> None:
+        if failures:
+            raise failures.pop()
+
+    stack.store.on_flush(flaky_flush)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        emit.turn_end(session)
+        await stack.settle()
+    assert _failed("turn-end", "s", "fsync failed") in caplog.messages
+    assert await stack.record("s") is None
+
+    end = emit.turn_end(session, 2)
+    await stack.settle()
+    assert await _seq_of(stack, "s") == end.seq
+
+
+async def test_35_an_armed_timer_writes_nothing_after_aclose(stack: CacheStack, counter, emit):
+    """(03 #35) `aclose` cancels the armed timer: advancing past it afterwards writes nothing."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    assert stack.timer.pending == 1
+
+    await stack.cache.aclose()
+    stack.timer.advance(1_000)
+    emit.user(session)
+    emit.turn_end(session)
+    await asyncio.sleep(0)
+
+    assert stack.timer.pending == 0
+    assert stack.storage.puts == 0
+    assert stack.cache._tasks == set()
+
+
+async def test_aclose_waits_for_an_in_flight_write(stack: CacheStack, counter, emit):
+    """(03 §3.4) A write already running when `aclose` starts still lands before the storage closes."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    stack.storage.hold_puts()
+    landed: list[int] = []
+    stack.storage.on_put = lambda sid, record: landed.append(record.rows["counter"]["seq"])
+    end = emit.turn_end(session)
+    await stack.storage.wait_held(1)
+
+    closing = asyncio.create_task(stack.cache.aclose())
+    await asyncio.sleep(0)
+    assert not closing.done()
+    stack.storage.release_all()
+    await closing
+
+    assert landed == [end.seq]
+    assert stack.storage.puts == 1
+
+
+async def test_aclose_abandons_writes_past_the_timeout(
+    store: SessionStore, registry: ProjectionRegistry, counter, emit, caplog
+):
+    """(03 §3.4) Writes unfinished at `close_timeout_s` are cancelled with a warning; no task is left running."""
+    from cache_conftest import SpyStorage
+
+    storage = SpyStorage(MemoryCacheStorage(), [])
+    config = ProjectionCacheConfig(write_every_events=3, write_interval_ms=250, close_timeout_s=0.01)
+    cache = await ProjectionCache.open(
+        storage,
+        registry=registry,
+        sessions=store,
+        persistence=None,
+        config=config,
+        timer=ManualTimer(),  # type: ignore[arg-type]
+    )
+
+    async def slow_flush(flushed: Session) -> None:
+        await asyncio.Event().wait()  # never confirms durability
+
+    store.on_flush(slow_flush)
+    registry.register(counter.unit)
+    session = store.create("s")
+    emit.turn_end(session)
+    await asyncio.sleep(0)
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        await cache.aclose()
+
+    assert "session projection cache: abandoning 1 unfinished write(s) at close" in caplog.messages
+    assert cache._tasks == set()
+    assert not [task for task in asyncio.all_tasks() if task.get_name().startswith("dsh-cache-")]
+    assert storage.puts == 0
+    store.close()
+
+
+async def test_aclose_is_idempotent_and_closes_the_storage(stack: CacheStack, counter):
+    """(03 §3.4) A second `aclose` returns quietly; the storage is closed and refuses later calls."""
+    stack.register(counter)
+    await asyncio.gather(stack.cache.aclose(), stack.cache.aclose())
+    await stack.cache.aclose()
+
+    assert stack.cache.closed
+    with pytest.raises(Exception, match="closed"):
+        await stack.storage.inner.get("s")  # type: ignore[arg-type]
+
+
+async def test_a_cancelled_aclose_still_stops_writes_and_closes_storage(stack: CacheStack, counter, emit):
+    """(03 §3.4) Cancelling `aclose` mid-wait cancels the writes and still closes the storage: no task is left."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    stack.storage.hold_puts()
+    emit.turn_end(session)
+    await stack.storage.wait_held(1)
+
+    closing = asyncio.create_task(stack.cache.aclose())
+    await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+
+    assert stack.cache._tasks == set()
+    with pytest.raises(Exception, match="closed"):
+        await stack.storage.inner.get("s")  # type: ignore[arg-type]
+
+
+async def test_disposal_after_aclose_writes_nothing(stack: CacheStack, counter, emit):
+    """(00 §3) Sessions disposed after the cache closed trigger no write (the close order prevents it)."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    await stack.cache.aclose()
+
+    stack.store.dispose(session)
+    await asyncio.sleep(0)
+
+    assert stack.storage.puts == 0
+
+
+async def test_a_vetoed_publication_writes_nothing(stack: CacheStack, counter, emit):
+    """A publication vetoed by persistence emits `disposed`, but the never-live session is not written."""
+    stack.register(counter)
+    await stack.store_log("v", emit.user)
+    await stack.coordinator.inspect("v")  # the id is now in persistence's prepared cache: it owns the identity
+    await stack.put_rows("v", {"counter": {"ver": 1, "seq": 0, "val": {"n": 1}}})
+
+    with pytest.raises(Exception, match="persisted state already owns this identity"):
+        stack.store.create("v")
+    await stack.settle()
+
+    assert stack.storage.puts == 0
+    record = await stack.record("v")
+    assert record is not None
+    assert record.rows["counter"]["val"] == {"n": 1}
+
+
+def test_appends_and_disposal_outside_a_loop_log_instead_of_leaking_coroutines(counter, emit, caplog):
+    """Policy triggers with no running loop log the pinned warning and leave no coroutine unawaited."""
+    store = SessionStore()
+    registry = ProjectionRegistry(store)
+    registry.register(counter.unit)
+    cache = ProjectionCache(
+        MemoryCacheStorage(),
+        registry=registry,
+        sessions=store,
+        persistence=None,  # type: ignore[arg-type]
+        config=ProjectionCacheConfig(write_every_events=1),
+        timer=ManualTimer(),
+    )
+    session = store.create("s")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        emit.turn_end(session)
+        emit.user(session)
+        store.dispose(session)
+
+    assert caplog.messages == [
+        _failed("turn-end", "s", "no running event loop"),
+        _failed("count", "s", "no running event loop"),
+        _failed("dispose", "s", "no running event loop"),
+    ]
+    assert cache._tasks == set()
+    assert cache._slots == {}
+    registry.close()
+
+
+def test_the_default_timer_outside_a_loop_logs_instead_of_raising(counter, emit, caplog):
+    """A dirty event with no running loop cannot arm the default timer: one pinned warning, the append is unaffected."""
+    store = SessionStore()
+    registry = ProjectionRegistry(store)
+    registry.register(counter.unit)
+    cache = ProjectionCache(
+        MemoryCacheStorage(),
+        registry=registry,
+        sessions=store,
+        persistence=None,  # type: ignore[arg-type]
+        config=ProjectionCacheConfig(),
+        timer=None,
+    )
+    session = store.create("s")
+    with caplog.at_level(logging.WARNING):
+        emit.user(session)
+
+    assert caplog.messages == [_failed("interval", "s", "no running event loop")]
+    assert session.seq == 1
+    assert cache._tasks == set()
+    registry.close()
