@@ -286,3 +286,23 @@ async def test_oversized_envelope_integer_is_format_unsupported(
     await write_stored_log(writer, "s1", records)
     with pytest.raises(SessionFormatUnsupportedError):
         await coordinator.inspect("s1")
+
+
+async def test_read_events_waits_for_retirement_of_the_id(
+    coordinator: PersistenceCoordinator, store: SessionStore, backend: FaultyBackend
+) -> None:
+    """read_events right after a disposal waits for the retirement write, so it never serves a stale log."""
+    session = store.create("s1")
+    append_note(session, 0)
+    await store.flush(session)
+    append_note(session, 1)
+    append_note(session, 2)
+    backend.hold_calls("append_batch")
+    store.dispose(session)
+    await backend.wait_calls("append_batch", 2)
+    reading = asyncio.ensure_future(coordinator.read_events("s1"))
+    await asyncio.sleep(0)
+    assert not reading.done()
+    backend.release_calls("append_batch")
+    sliced = await reading
+    assert sliced.next_seq == 3

@@ -171,13 +171,14 @@ async def test_init_failure_is_logged_once_and_reraised(
 async def test_retirement_failure_is_logged_and_retried_by_close(
     coordinator: PersistenceCoordinator, store: SessionStore, backend: FaultyBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failed retirement logs the pinned line; close() retries it and the events become durable."""
+    """A failed retirement logs the pinned line, drain reports it; close() retries and the events land."""
     caplog.set_level(logging.ERROR)
     session = store.create("s1")
     append_closed_turn(session, 1)
     backend.fail_next("append_batch")
     store.dispose(session)
-    await coordinator.drain("s1")
+    with pytest.raises(PersistenceIOError):
+        await coordinator.drain("s1")
     await eventually(lambda: any('session "s1" retirement failed' in r.getMessage() for r in caplog.records))
     record = next(r for r in caplog.records if "retirement failed" in r.getMessage())
     assert record.getMessage().startswith('memory: session "s1" retirement failed: ')
@@ -204,10 +205,10 @@ async def test_fresh_session_waits_for_retirement_of_same_id(
     assert [(a.session_id, a.count) for a in backend.appends] == [("s1", 1)]
 
 
-async def test_drain_waits_for_retirement_and_never_raises(
+async def test_drain_waits_for_retirement_and_reports_failures(
     coordinator: PersistenceCoordinator, store: SessionStore, backend: FaultyBackend
 ) -> None:
-    """drain() after disposal returns once the events are durable, and swallows a write failure."""
+    """drain() after disposal returns once the events are durable, and raises a write failure."""
     session = store.create("s1")
     append_note(session, 0)
     store.dispose(session)
@@ -216,9 +217,12 @@ async def test_drain_waits_for_retirement_and_never_raises(
     other = store.create("s2")
     append_note(other, 0)
     backend.fail_next("append_batch")
-    await coordinator.drain("s2")
+    with pytest.raises(PersistenceIOError):
+        await coordinator.drain("s2")
     assert other.state == "live"
     assert len(backend.appends) == 1
+    await coordinator.drain("s2")
+    assert len(backend.appends) == 2
 
 
 async def test_background_failure_then_flush_stores_once(

@@ -23,7 +23,12 @@ from typing import Any, Final, Self
 
 from dsh.errors import ConfigError
 from dsh.persistence.base import Capability, StorageBackend
-from dsh.persistence.errors import AppendConflictError, PersistenceClosedError, SessionAlreadyExistsError
+from dsh.persistence.errors import (
+    AppendConflictError,
+    PersistenceClosedError,
+    PersistenceIOError,
+    SessionAlreadyExistsError,
+)
 from dsh.persistence.pipeline import ValidatedLog
 from dsh.persistence.prepared import PreparedLRU, Reservation
 from dsh.persistence.reads import ColdReads, retrieve
@@ -341,15 +346,27 @@ class PersistenceCoordinator(ColdReads):
     async def drain(self, session_id: str) -> None:
         """Wait until every event handed over for the id is durable or has failed.
 
-        A live session is flushed; a retiring one is awaited. Write failures are not raised here
-        (they were logged, and a flush raises them).
+        A live session is flushed; a retiring one is awaited. When events of the id are still
+        buffered because a write failed, the failure is raised, so a caller that must only act on
+        durable events (the projection cache) can tell.
+
+        Raises:
+            SessionPersistenceError: The first write failure of a live or retired writer of the id.
         """
         self._check_open()
+        failure: Exception | None = None
         for writer in [w for s, w in self._live.items() if s.id == session_id]:
             try:
                 await writer.flush()
             except Exception as error:
-                _log.debug('%s: drain of session "%s" ended with a failure: %s', self._backend.name, session_id, error)
+                failure = failure or error
         group = self._retiring.get(session_id)
         if group:
             await asyncio.gather(*group, return_exceptions=True)
+        if failure is not None:
+            raise failure
+        if any(writer.session_id == session_id for writer in self._failed):
+            raise PersistenceIOError(
+                f'{self._backend.name}: session "{session_id}" still holds events that could not be made durable',
+                session_id=session_id,
+            )

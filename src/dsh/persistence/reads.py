@@ -294,6 +294,8 @@ class ColdReads:
             raise ConfigError("types must be a collection of event type names")
         typed = types is not None and Capability.TYPED_READS in self._backend.capabilities
         async with self._operation(signal, session_id):
+            # Like `inspect`: a session disposed a moment ago may still be writing its last batch.
+            await self._settle_retirements(session_id, signal, retry=False)
             async with self._locks.hold(session_id):
                 self._check_signal(signal, session_id)
                 if typed:

@@ -15,6 +15,7 @@ import logging
 import os
 import sqlite3
 import stat
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -285,6 +286,23 @@ def _unavailable(message: str) -> ProjectionError:
 
 
 def _open_connection(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open with retries: switching to WAL and the first schema transaction can meet another
+    process opening the same file at the same moment, and SQLite reports that as "locked" without
+    always consulting the busy handler. Runs in the storage's worker thread, so waiting is fine."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    delay = 0.005
+    while True:
+        try:
+            return _open_once(path, busy_timeout_ms)
+        except ProjectionError as error:
+            locked = isinstance(error.__cause__, sqlite3.OperationalError) and "locked" in str(error.__cause__)
+            if not locked or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _open_once(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
     """Open, check ownership and schema, recreate the table for another cache version."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
