@@ -146,7 +146,7 @@ class StoredLog:
     """
 
     header: Mapping[str, Any]
-    events: list[dict[str, Any]]
+    events: Sequence[dict[str, Any]]
     revision: Revision
     torn: TornMarker | None = None
     first_unknown: tuple[str, int] | None = None

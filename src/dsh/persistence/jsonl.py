@@ -75,6 +75,7 @@ from dsh.persistence.jsonl_format import (
 from dsh.persistence.locks import WriterLocks
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.ids import encode_segment
+from dsh.session.stored import LineRecords
 
 __all__ = ["JsonlBackend", "Opener"]
 
@@ -335,18 +336,17 @@ class JsonlBackend:
         log = await self.load(session_id)
         if log is None:
             return None
+        records = log.events
+        kinds = records.types if isinstance(records, LineRecords) else [record.get("type") for record in records]
         first_unknown: tuple[str, int] | None = None
-        for record in log.events:
-            kind = record.get("type")
-            if type(kind) is str and kind not in known and record.get("ignorable") is not True:
-                first_unknown = (kind, record.get("seq", 0))
+        for index, kind in enumerate(kinds):
+            if type(kind) is str and kind not in known and records[index].get("ignorable") is not True:
+                first_unknown = (kind, records[index].get("seq", index))
                 break
-        selected = [record for record in log.events[from_seq:] if types is None or record.get("type") in types]
+        picked = [i for i in range(from_seq, len(records)) if types is None or kinds[i] in types]
+        selected: list[dict[str, Any]] = [records[i] for i in picked]
         oversized = log.oversized_int_at
-        moved = None
-        if oversized is not None and oversized >= from_seq:
-            target = log.events[oversized]
-            moved = next((i for i, record in enumerate(selected) if record is target), None)
+        moved = picked.index(oversized) if oversized is not None and oversized in picked else None
         return StoredLog(
             header=log.header,
             events=selected,

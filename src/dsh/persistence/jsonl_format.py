@@ -14,9 +14,7 @@ dict lookups (seq contiguity, packed-row type) and leaves every other check to t
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -25,8 +23,10 @@ import zstandard
 
 from dsh.persistence.base import TornMarker, first_oversized_int
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
+from dsh.session.fastcheck import fast_check
 from dsh.session.header import SESSION_FORMAT_VERSION
 from dsh.session.ids import encode_segment
+from dsh.session.stored import LineRecords, collector_paused
 
 __all__ = [
     "NO_CWD_DIR",
@@ -307,11 +307,15 @@ class _LineScanner:
     it, because the damage then lies in the committed region.
     """
 
-    __slots__ = ("committed", "ctx", "events", "issue", "line_no", "oversized_at")
+    __slots__ = ("committed", "ctx", "issue", "line_no", "lines", "oversized_at", "types", "verdicts")
 
     def __init__(self, ctx: LogContext) -> None:
         self.ctx = ctx
-        self.events: list[dict[str, Any]] = []
+        # Accepted records are kept as their lines plus type and fast-check verdict (LineRecords):
+        # the parsed dicts are dropped at once, which keeps a full read close to the bare parse.
+        self.lines: list[bytes] = []
+        self.types: list[str] = []
+        self.verdicts = bytearray()
         self.issue: str | None = None
         self.line_no = 1  # the header is line 1
         self.committed = 0  # bytes of accepted lines, relative to the first byte fed
@@ -336,26 +340,36 @@ class _LineScanner:
             if self._slow(line):
                 self.committed += len(line) + 1
                 if suspicious and self.oversized_at is None and first_oversized_int((line,)) == 0:
-                    self.oversized_at = len(self.events) - 1
+                    self.oversized_at = len(self.lines) - 1
         return fragment
 
     def _fast(self, lines: list[bytes]) -> int:
         """Accept lines while they are plain contiguous records; return how many were accepted."""
-        events = self.events
-        append = events.append
+        keep_line = self.lines.append
+        keep_type = self.types.append
+        keep_verdict = self.verdicts.append
         loads = orjson.loads
+        check = fast_check
         packed = PACKED_ROW_TYPES
-        first = expected = len(events)
+        first = expected = len(self.lines)
         for line in lines:
             try:
                 record = loads(line)
-                if record["seq"] != expected or record["type"] in packed:
+                kind = record["type"]
+                if record["seq"] != expected or kind in packed:
                     break
             except (ValueError, TypeError, KeyError):
                 break
-            append(record)
+            keep_line(line)
+            keep_type(kind)
+            keep_verdict(check(record, expected))
             expected += 1
         return expected - first
+
+    @property
+    def events(self) -> LineRecords:
+        """The accepted records (the valid prefix), as lines."""
+        return LineRecords(self.lines, self.types, self.verdicts)
 
     def _slow(self, line: bytes) -> bool:
         """Classify one line after a defect or on a suspicious frame; True when it was accepted."""
@@ -377,7 +391,7 @@ class _LineScanner:
         if not isinstance(record, dict):
             self.issue = f"corrupt session log: unparsable committed event at line {self.line_no}"
             return False
-        expected = len(self.events)
+        expected = len(self.lines)
         seq = record.get("seq")
         if type(seq) is not int or seq != expected:
             message = (
@@ -388,7 +402,9 @@ class _LineScanner:
                 raise self.ctx.corrupt(message)
             self.issue = message
             return False
-        self.events.append(record)
+        self.lines.append(line)
+        self.types.append(record.get("type"))  # type: ignore[arg-type]
+        self.verdicts.append(fast_check(record, expected))
         return True
 
 
@@ -400,28 +416,9 @@ class _LineScanner:
 class LogScan:
     """The event region of a log: the valid prefix, the torn marker, the first oversized integer."""
 
-    events: list[dict[str, Any]]
+    events: LineRecords
     torn: TornMarker | None
     oversized_int_at: int | None
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a scan allocates its records.
-
-    A scan creates one dict (plus nested containers) per line and keeps them all; every 700
-    allocations the collector would walk the young ones again, which costs about as much as the
-    parsing itself, while parsed JSON can never form a reference cycle. The collector is re-enabled
-    only if it was enabled when the scan started, so concurrent scans and callers that disabled it
-    on purpose keep their state.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def scan_events(data: bytes, start: int, compression: Compression, ctx: LogContext) -> LogScan:
@@ -431,7 +428,8 @@ def scan_events(data: bytes, start: int, compression: Compression, ctx: LogConte
         SessionCorruptionError: A defect in the committed region (or inside a complete zstd frame).
         SessionFormatUnsupportedError: Packed chunk rows.
     """
-    with _collector_paused():
+    # Scans keep one line per record; pausing the collector keeps it from rescanning them.
+    with collector_paused():
         if compression == "none":
             return _scan_raw(data, start, ctx)
         return _scan_zstd(data, start, ctx)
@@ -482,7 +480,7 @@ def _scan_zstd(data: bytes, start: int, ctx: LogContext) -> LogScan:
         if not decoder.eof:
             # The input ran out before this frame ended: a torn final frame, torn from its first
             # byte. Its complete records are kept and rewritten by the repair; the fragment goes.
-            before = len(scanner.events)
+            before = len(scanner.lines)
             scanner.feed(text)
             recovered = tuple(scanner.events[before:])
             return LogScan(scanner.events, TornMarker(position, recovered), scanner.oversized_at)

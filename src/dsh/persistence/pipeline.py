@@ -16,7 +16,7 @@ validated in a worker thread so the event loop keeps serving other sessions.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -25,7 +25,7 @@ from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsuppor
 from dsh.session.events import SessionEvent, data_problem, envelope_problem, legacy_problem
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.repair import interrupted_turn_closers
-from dsh.session.stored import StoredEvents
+from dsh.session.stored import LineRecords, StoredEvents
 from dsh.session.surface import Surface
 from dsh.session.validate import check_records, first_refusal
 
@@ -109,7 +109,7 @@ def _header(session_id: str, log: StoredLog, location: str | None) -> tuple[Sess
 
 def _refuse(
     session_id: str,
-    records: list[dict[str, Any]],
+    records: Sequence[dict[str, Any]],
     oversized_at: int | None,
     location: str | None,
     *,
@@ -207,7 +207,7 @@ async def validate_log_async(session_id: str, log: StoredLog, location: str | No
 
 def validate_typed(
     session_id: str, log: StoredLog, types: Collection[str] | None, from_seq: int, location: str | None
-) -> tuple[SessionHeader, int, int, list[dict[str, Any]]]:
+) -> tuple[SessionHeader, int, int, Sequence[dict[str, Any]]]:
     """Validate a typed read (`load_typed`): refusals over the whole log, shapes for the selection.
 
     Returns:
@@ -242,10 +242,15 @@ def validate_typed(
     return header, cut, next_seq, records
 
 
-def select(records: list[dict[str, Any]], types: Collection[str] | None, from_seq: int) -> list[dict[str, Any]]:
-    """The records with `seq >= from_seq` and a type in `types` (all types when None), in order."""
-    tail = records[from_seq:] if from_seq > 0 else records
+def select(records: Sequence[dict[str, Any]], types: Collection[str] | None, from_seq: int) -> Sequence[dict[str, Any]]:
+    """The records with `seq >= from_seq` and a type in `types` (all types when None), in order.
+
+    Lines stay lines (`LineRecords.select`), so the selection parses nothing.
+    """
+    if isinstance(records, LineRecords):
+        return records.select(types, from_seq)
+    tail = records[from_seq:] if from_seq > 0 else list(records)
     if types is None:
-        return tail if tail is not records else list(records)
+        return tail
     wanted = frozenset(types)
     return [record for record in tail if record["type"] in wanted]

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
 from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, fast_check
+from dsh.session.stored import LineRecords
 from dsh.session.surface import Surface, SurfacePlan
 
 __all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
@@ -68,15 +69,25 @@ def check_records(
     On a problem the surface holds the fold of the valid prefix only.
     """
     nodes = surface.nodes
-    for index, record in enumerate(records):
+    # A file backend may hand over verdicts it took while scanning (`LineRecords`); records then
+    # stay unparsed here unless the full rules must judge them.
+    verdicts = records.verdicts if isinstance(records, LineRecords) else None
+    for index in range(len(records)):
+        record = None
+        if verdicts is not None:
+            verdict = verdicts[index]
+        else:
+            record = records[index]
+            verdict = fast_check(record, index)
         # Common case first: a record the fast test is certain about needs no further work (an
         # "append" surface event just becomes a node). Anything else gets the full rules below.
-        verdict = fast_check(record, index)
         if verdict == FAST_LOG_ONLY:
             continue
         if verdict == FAST_SURFACE_APPEND:
             nodes.append(index)
             continue
+        if record is None:
+            record = records[index]
         problem = envelope_problem(record)
         if problem is not None:
             return LogProblem(index, "envelope", problem)
