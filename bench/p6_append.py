@@ -87,8 +87,8 @@ def _turn_events(turn: int) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _peer_items(turn: int) -> list[dict[str, Any]]:
-    """The same turn as OpenAI Responses input items (20 of them)."""
-    return [{"role": "user" if i == 0 else "assistant", "content": f"{turn}:{i}: {TEXT}"} for i in range(20)]
+    """The same turn for the peers: the same 20 payloads, one item (or message) per event."""
+    return [{"type": kind, **data} for kind, data in _turn_events(turn)]
 
 
 async def run_ours(root: Path) -> float:

@@ -51,6 +51,7 @@ from dsh.persistence.jsonl_files import (
     link_new_file,
     path_exists,
     project_dirs,
+    raw_open,
     read_head,
     read_revision_at,
     read_stable,
@@ -148,7 +149,7 @@ class JsonlBackend:
         self.zstd_level = zstd_level
         self.capabilities: frozenset[Capability] = _CAPABILITIES
         self._root = str(self.root)
-        self._opener: Opener = opener if opener is not None else open
+        self._opener: Opener = opener if opener is not None else raw_open
         self._artifact = artifact_name(compression)
         self._opposite = artifact_name("none" if compression == "zstd" else "zstd")
         self._locks = WriterLocks(Path(self._root + ".locks"))

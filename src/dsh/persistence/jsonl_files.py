@@ -31,6 +31,7 @@ __all__ = [
     "TAIL_BYTES",
     "IOFault",
     "Opener",
+    "raw_open",
     "append_durably",
     "check_contiguous",
     "check_flat",
@@ -54,6 +55,12 @@ _log = logging.getLogger("dsh.persistence")
 
 Opener = Callable[[str, str], IO[bytes]]
 """Opens a file for reading like the built-in `open(path, "rb")` (tests count bytes through it)."""
+
+
+def raw_open(path: str, mode: str) -> IO[bytes]:
+    """The default opener: unbuffered binary reads (every read and seek is one system call, and the
+    small head and tail reads of a listing copy nothing through a buffer)."""
+    return open(path, mode, buffering=0)
 
 TAIL_BYTES: Final = 4096
 FILE_MODE: Final = 0o600
