@@ -40,6 +40,7 @@ async def test_51_guard_records_each_sqlite_call_made_on_the_loop() -> None:
         guard.assert_clean()
 
 
+@pytest.mark.sqlite_on_loop_on_purpose
 async def test_51_guard_catches_a_call_hidden_inside_library_code_on_the_loop(tmp_path: Path) -> None:
     """A blocking call buried in a helper that runs on the loop is caught, not only direct calls (02 #51)."""
     writer = SqliteStoredLogWriter(tmp_path / "s.sqlite3")

@@ -62,6 +62,7 @@ def raw_open(path: str, mode: str) -> IO[bytes]:
     small head and tail reads of a listing copy nothing through a buffer)."""
     return open(path, mode, buffering=0)
 
+
 TAIL_BYTES: Final = 4096
 FILE_MODE: Final = 0o600
 _DIR_MODE: Final = 0o700

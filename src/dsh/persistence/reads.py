@@ -438,10 +438,9 @@ class ColdReads:
         if reservation.attached:
             return
         session = reservation.session
-        if session is not None and session.state == "prepared":
-            # The session layer offers no public retire for an unpublished session; marking it
-            # retired makes later appends and publication fail instead of forking the log.
-            session._state = "retired"
+        if session is not None:
+            # Later appends and publication of the abandoned session must fail, not fork the log.
+            session.retire_unpublished()
         if self._closed:
             reservation.released.set()
             return

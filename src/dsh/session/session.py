@@ -280,6 +280,19 @@ class Session:
         if event["type"] == "request/context":
             self._request_context = event["data"]  # type: ignore[assignment]
 
+    def retire_unpublished(self) -> bool:
+        """Retire a session that was prepared but never published (for example a resume that was
+        abandoned), so later appends and publication fail instead of forking its log.
+
+        Returns:
+            True when the session was `prepared` and is now `retired`; False otherwise (a live
+            session leaves only through `SessionStore.dispose`).
+        """
+        if self._state != "prepared":
+            return False
+        self._state = "retired"
+        return True
+
     def _append_internal(self, type: str, data: JsonValue) -> SessionEvent:
         """Constructor-only append (the `session/end-seed` marker); the session is unpublished."""
         event = make_event(type, len(self._log), self._clock(), data)

@@ -241,18 +241,28 @@ class SqliteLoopGuard:
     loop, and is recorded with where it came from. Worker threads are not profiled, so the
     backends' own threads cost nothing. A previously installed profiler keeps receiving events.
 
+    Args:
+        only_from: Record only calls made directly from source files under this path (for example
+            the `dsh` package directory, so a test's own verification queries are not counted).
+
     Attributes:
         violations: One line per offending call: the callable and the caller's stack.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, only_from: str | None = None) -> None:
         self.violations: list[str] = []
         self._previous: Any = None
+        self._only_from = only_from
 
     def _profile(self, frame: FrameType, event: str, arg: object) -> None:
         if self._previous is not None:
             self._previous(frame, event, arg)
-        if event == "c_call" and _is_sqlite_callable(arg) and _loop_running():
+        if (
+            event == "c_call"
+            and _is_sqlite_callable(arg)
+            and (self._only_from is None or frame.f_code.co_filename.startswith(self._only_from))
+            and _loop_running()
+        ):
             stack = "".join(traceback.format_stack(frame, limit=6))
             self.violations.append(f"sqlite3 {getattr(arg, '__qualname__', arg)!s} called on the event loop:\n{stack}")
 
