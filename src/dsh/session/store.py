@@ -387,6 +387,10 @@ class SessionStore:
         listeners = list(self._flush)
         if not listeners:
             return False
+        if len(listeners) == 1:
+            # The common case (one persistence): await it directly, without a task per listener.
+            await listeners[0](session)
+            return True
         results = await asyncio.gather(*(_call_flush(fn, session) for fn in listeners), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
