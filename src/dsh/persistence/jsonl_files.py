@@ -107,6 +107,17 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _write_and_sync(fd: int, data: bytes, fault: IOFault | None) -> None:
+    """Write all of `data` and fsync; an armed test fault fails half-way (or at the fsync)."""
+    if fault is not None and fault.kind != "sync":
+        _write_all(fd, data[: len(data) // 2])
+        raise fault.error
+    _write_all(fd, data)
+    if fault is not None:
+        raise fault.error
+    os.fsync(fd)
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -307,13 +318,7 @@ def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_resu
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
-            if fault is not None and fault.kind != "sync":
-                _write_all(fd, data[: len(data) // 2])
-                raise fault.error
-            _write_all(fd, data)
-            if fault is not None:
-                raise fault.error
-            os.fsync(fd)
+            _write_and_sync(fd, data, fault)
         finally:
             os.close(fd)
         # link() never overwrites: of two concurrent materializations exactly one succeeds.
@@ -353,13 +358,7 @@ def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: st
             rollback failed too; then both errors are attached as an `ExceptionGroup` cause.
     """
     try:
-        if fault is not None and fault.kind != "sync":
-            _write_all(fd, data[: len(data) // 2])
-            raise fault.error
-        _write_all(fd, data)
-        if fault is not None:
-            raise fault.error
-        os.fsync(fd)
+        _write_and_sync(fd, data, fault)
     except Exception as error:
         try:
             if fault is not None and fault.kind == "rollback":

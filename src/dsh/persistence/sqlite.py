@@ -38,6 +38,8 @@ from dsh.persistence.errors import (
 from dsh.persistence.locks import WriterLocks
 from dsh.persistence.sqlite_schema import (
     ALL_EVENTS,
+    INSERT_EVENT,
+    INSERT_SESSION,
     connect,
     corrupt,
     decode_event_rows,
@@ -64,14 +66,6 @@ _MAX_BUSY_TIMEOUT_MS: Final = 2_147_483_647
 _SESSION_ROW: Final = (
     "SELECT version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, "
     "incarnation, revision, next_seq FROM sessions WHERE id = ?"
-)
-_INSERT_EVENT: Final = (
-    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_SESSION: Final = (
-    "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, "
-    "agent_preset, incarnation, revision, next_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _LIST: Final = (
     "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, "
@@ -469,7 +463,7 @@ class SqliteBackend:
                 )
             if current is None:
                 incarnation, revision = uuid.uuid4().hex, 1
-                conn.execute(_INSERT_SESSION, (session_id, *header_columns(header), incarnation, 1, len(rows)))
+                conn.execute(INSERT_SESSION, (session_id, *header_columns(header), incarnation, 1, len(rows)))
             elif rows:
                 incarnation, revision = current[1], current[2] + 1
                 conn.execute(
@@ -479,12 +473,12 @@ class SqliteBackend:
             else:
                 incarnation, revision = current[1], current[2]
             if fault is None:
-                conn.executemany(_INSERT_EVENT, rows)
+                conn.executemany(INSERT_EVENT, rows)
             else:
                 # Test seam: fail after staging part (or, at the commit step, all) of the batch;
                 # the rollback below undoes it, exactly as for a real driver failure.
                 kind, error = fault
-                conn.executemany(_INSERT_EVENT, rows if kind == "sync" else rows[: len(rows) // 2])
+                conn.executemany(INSERT_EVENT, rows if kind == "sync" else rows[: len(rows) // 2])
                 raise error
             # With synchronous=FULL the WAL is fsynced before COMMIT returns: durable on return.
             conn.execute("COMMIT")

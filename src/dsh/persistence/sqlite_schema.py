@@ -28,6 +28,8 @@ from dsh.persistence.errors import SessionCorruptionError, StoreFormatUnsupporte
 __all__ = [
     "ALL_EVENTS",
     "APPLICATION_ID",
+    "INSERT_EVENT",
+    "INSERT_SESSION",
     "SCHEMA",
     "USER_VERSION",
     "configure",
@@ -282,6 +284,14 @@ def ensure_safe_location(path: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 # Event queries (typed reads use the `events_by_type` index, 02 §7.1)
 
+INSERT_EVENT: Final = (
+    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_SESSION: Final = (
+    "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, "
+    "agent_preset, incarnation, revision, next_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 ALL_EVENTS: Final = (
     "SELECT seq, type, time, data, ignorable, source_event_seqs, surface_op "
     "FROM events WHERE session_id = ? AND seq >= ? ORDER BY seq"

@@ -26,21 +26,21 @@ from typing import Any, Final, Self, TypeVar
 
 import orjson
 
-from dsh.persistence.sqlite_schema import connect, ensure_safe_location, header_columns, prepare_store, reference_schema
+from dsh.persistence.sqlite_schema import (
+    INSERT_EVENT,
+    INSERT_SESSION,
+    connect,
+    ensure_safe_location,
+    header_columns,
+    prepare_store,
+    reference_schema,
+)
 
 __all__ = ["RawText", "SqliteLoopGuard", "SqliteStoredLogWriter"]
 
 T = TypeVar("T")
 
 _ENVELOPE: Final = frozenset({"type", "seq", "time", "data", "ignorable", "sourceEventSeqs", "surfaceOp"})
-_INSERT_EVENT: Final = (
-    "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_SESSION: Final = (
-    "INSERT INTO sessions (id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, "
-    "agent_preset, incarnation, revision, next_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _DAMAGED_TEXT: Final = '{"damaged": '
 """What `damage_events` stores in a `data` column: the start of a JSON object that never ends."""
 
@@ -144,8 +144,8 @@ class SqliteStoredLogWriter:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            conn.execute(_INSERT_SESSION, (session_id, *header_columns(header), uuid.uuid4().hex, 1, _next_seq(rows)))
-            conn.executemany(_INSERT_EVENT, rows)
+            conn.execute(INSERT_SESSION, (session_id, *header_columns(header), uuid.uuid4().hex, 1, _next_seq(rows)))
+            conn.executemany(INSERT_EVENT, rows)
 
         await self._run(work)
 
@@ -161,7 +161,7 @@ class SqliteStoredLogWriter:
             found = conn.execute("SELECT next_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if found is None:
                 raise ValueError(f'nothing is stored for session "{session_id}"')
-            conn.executemany(_INSERT_EVENT, rows)
+            conn.executemany(INSERT_EVENT, rows)
             conn.execute(
                 "UPDATE sessions SET revision = revision + 1, next_seq = ? WHERE id = ?",
                 (_next_seq(rows, found[0]), session_id),
@@ -184,7 +184,7 @@ class SqliteStoredLogWriter:
                 "SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT 1", (session_id,)
             ).fetchone()
             if first is None:
-                conn.execute(_INSERT_EVENT, (session_id, found[0], "turn/end", 0, _DAMAGED_TEXT, None, None, None))
+                conn.execute(INSERT_EVENT, (session_id, found[0], "turn/end", 0, _DAMAGED_TEXT, None, None, None))
                 conn.execute("UPDATE sessions SET next_seq = next_seq + 1 WHERE id = ?", (session_id,))
             else:
                 conn.execute(
