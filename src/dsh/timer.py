@@ -26,7 +26,6 @@ class Timer(Protocol):
 
     def call_later(self, delay_ms: int, callback: Callable[[], None]) -> TimerHandle:
         """Run `callback()` once, `delay_ms` milliseconds from now."""
-        ...
 
 
 class LoopTimer:

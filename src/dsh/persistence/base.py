@@ -168,48 +168,39 @@ class StorageBackend(Protocol):
         self, *, parent_session: str | None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
         """Stored header records with their revisions, never reading event bodies."""
-        ...
 
     async def exists(self, session_id: str) -> bool:
         """Whether anything is stored under the id."""
-        ...
 
     async def load(self, session_id: str) -> StoredLog | None:
         """The whole stored log, or None when nothing is stored."""
-        ...
 
     async def load_typed(
         self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
     ) -> StoredLog | None:
         """Only the records with `seq >= from_seq` and a type in `types` (`TYPED_READS` only)."""
-        ...
 
     async def read_revision(self, session_id: str) -> Revision | None:
         """The current revision (one stat plus the last 4 KiB, or one row), or None."""
-        ...
 
     async def append_batch(
         self, header: FrozenDict, events: Sequence[SessionEvent], *, materialized: bool, fence: Fence | None
     ) -> Revision:
         """Durably append `events` (all or nothing); materialize header + batch when not yet stored."""
-        ...
 
     async def commit_repair(
         self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[SessionEvent], *, fence: Fence | None
     ) -> Revision:
         """Remove the torn tail (if any) and append `closers` as one batch."""
-        ...
 
     async def acquire(self, session_id: str) -> Fence | None:
         """Take the session's writer lock or lease (`SESSION_LEASE_HELD` if another holds it)."""
-        ...
 
     async def release(self, session_id: str) -> None:
         """Release the writer lock or lease taken by `acquire`."""
 
     def locate(self, header: Mapping[str, Any]) -> str | None:
         """The artifact path of a stored header without I/O, or None."""
-        ...
 
     async def close(self) -> None:
         """Release every resource."""
@@ -225,23 +216,19 @@ class PreparedSession(Protocol):
     @property
     def session(self) -> Session:
         """The unpublished session built from the repaired log."""
-        ...
 
     @property
     def observation(self) -> PersistenceObservation:
         """The (repaired) observation the session was built from, with its exact cut."""
-        ...
 
     def publish(self) -> Session:
         """Publish the session in its store (persistence attaches it)."""
-        ...
 
     async def close(self) -> None:
         """Release the reservation (see class docs)."""
 
     async def __aenter__(self) -> PreparedSession:
         """Enter the reservation."""
-        ...
 
     async def __aexit__(self, *exc: object) -> None:
         """`close()`."""
@@ -252,11 +239,9 @@ class SessionPersistence(Protocol):
 
     async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
         """Stored sessions from header facts only."""
-        ...
 
     async def inspect(self, session_id: str, *, signal: AbortSignal | None = None) -> PersistenceObservation:
         """A non-mutating full read (the live view for a live id)."""
-        ...
 
     async def read_events(
         self,
@@ -267,22 +252,18 @@ class SessionPersistence(Protocol):
         signal: AbortSignal | None = None,
     ) -> EventSlice:
         """A physical storage read: no closers, no live view, no caching."""
-        ...
 
     async def prepare(self, session_id: str, *, signal: AbortSignal | None = None) -> PreparedSession:
         """The only resume path: lock, repair durably, and build an unpublished session."""
-        ...
 
     async def revision(self, session_id: str, *, signal: AbortSignal | None = None) -> Revision | None:
         """The current stored revision, or None."""
-        ...
 
     async def drain(self, session_id: str) -> None:
         """Wait until every event handed over for the id is durable or has failed."""
 
     def locate(self, header: SessionHeader) -> str | None:
         """The artifact path for a header, without I/O."""
-        ...
 
     async def close(self) -> None:
         """Drain, release writers and close the backend."""

@@ -70,7 +70,6 @@ class CacheStorage(Protocol):
 
     async def get(self, session_id: SessionId) -> CacheRecord | None:
         """The record for `session_id`; None when absent or undecodable."""
-        ...
 
     async def put(self, session_id: SessionId, record: CacheRecord) -> None:
         """Replace the record for `session_id` (upsert, last write wins)."""

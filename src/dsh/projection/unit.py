@@ -49,7 +49,6 @@ class Schema(Protocol[T_co]):
 
     def validate_python(self, value: object, /) -> T_co:
         """Return the validated value or raise."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,19 +61,15 @@ class StoredLogWriter(Protocol):
                 by the header id cannot hold a header naming another id); tests treat that case as
                 impossible for the backend.
         """
-        ...
 
     async def append(self, session_id: str, records: Sequence[Mapping[str, Any]]) -> None:
         """Append records as an external writer would, producing a new revision."""
-        ...
 
     async def damage_events(self, session_id: str) -> None:
         """Make the event region unreadable as corruption while the header stays listable."""
-        ...
 
     async def snapshot(self, session_id: str) -> bytes:
         """An opaque dump of everything stored for the id (to prove a read path changed nothing)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
