@@ -38,7 +38,9 @@ def _child_records(length: int, *, seed: int = 0) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
 
     def add(kind: str, data: Any, **extra: Any) -> None:
-        records.append({"type": kind, "seq": len(records), "time": 1_789_000_000_000 + len(records), "data": data, **extra})
+        records.append(
+            {"type": kind, "seq": len(records), "time": 1_789_000_000_000 + len(records), "data": data, **extra}
+        )
 
     turn = 0
     while len(records) < seed:
@@ -82,10 +84,14 @@ async def _write_store(root: Path, length: int, *, seed: int) -> None:
 
     writer = JsonlLogWriter(root)
     records = _child_records(length, seed=seed)
-    await writer.write(PARENT, {"type": "session", "version": 0, "id": PARENT, "createdAt": 1, "delegationDepth": 0}, [
-        {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}},
-        {"type": "turn/end", "seq": 1, "time": 2, "data": {"turn": 1, "reason": {"kind": "completed"}}},
-    ])
+    await writer.write(
+        PARENT,
+        {"type": "session", "version": 0, "id": PARENT, "createdAt": 1, "delegationDepth": 0},
+        [
+            {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}},
+            {"type": "turn/end", "seq": 1, "time": 2, "data": {"turn": 1, "reason": {"kind": "completed"}}},
+        ],
+    )
     for index in range(CHILDREN):
         await writer.write(f"child-{index:03d}", _header(f"child-{index:03d}", seed=seed), records)
 
@@ -159,7 +165,8 @@ async def p1_live(length: int) -> tuple[float, int]:
         for index in range(CHILDREN):
             seed = [records[0]]  # the continuable descriptor, staged in the creation seed
             child = store.create(
-                f"child-{index:03d}", header=HeaderInit(parent_session=PARENT, origin="subagent", delegation_depth=1),
+                f"child-{index:03d}",
+                header=HeaderInit(parent_session=PARENT, origin="subagent", delegation_depth=1),
                 seed=seed,
             )
             for record in records[2:]:
@@ -168,7 +175,8 @@ async def p1_live(length: int) -> tuple[float, int]:
         best, reads = float("inf"), 0
         for _ in range(REPEAT):
             elapsed, reads, rows = await _time_listing(runtime, counting)
-            assert len(rows) == CHILDREN and all(row.kind == "child" for row in rows)
+            assert len(rows) == CHILDREN
+            assert all(row.kind == "child" for row in rows)
             best = min(best, elapsed)
         await store.aclose()
         runtime.release_units()
@@ -186,7 +194,8 @@ async def p2_cache_hit(root: Path, length: int) -> tuple[float, int]:
     best, reads = float("inf"), 0
     for _ in range(REPEAT):
         elapsed, reads, rows = await _time_listing(runtime, counting)
-        assert len(rows) == CHILDREN and all(row.kind == "child" for row in rows)
+        assert len(rows) == CHILDREN
+        assert all(row.kind == "child" for row in rows)
         best = min(best, elapsed)
     await close()
     return best, reads
@@ -200,7 +209,8 @@ async def p3_cold_miss(root: Path, length: int) -> tuple[float, int, float]:
         # A fresh stack per run, so the coordinator's prepared-observation cache starts empty.
         services, runtime, counting, close = await _stack(root, None)
         elapsed, reads, rows = await _time_listing(runtime, counting)
-        assert len(rows) == CHILDREN and all(row.kind == "child" for row in rows)
+        assert len(rows) == CHILDREN
+        assert all(row.kind == "child" for row in rows)
         best = min(best, elapsed)
         await close()
     baseline = float("inf")
@@ -271,7 +281,9 @@ def main() -> None:
         for length in LENGTHS:
             gc.collect()
             series["rung 1: live"][length], reads["p1"][length] = asyncio.run(p1_live(length))
-            series["rung 2: cache hit"][length], reads["p2"][length] = asyncio.run(p2_cache_hit(tmp / f"p2-{length}", length))
+            series["rung 2: cache hit"][length], reads["p2"][length] = asyncio.run(
+                p2_cache_hit(tmp / f"p2-{length}", length)
+            )
             cold, reads["p3"][length], baseline = asyncio.run(p3_cold_miss(tmp / f"p3-{length}", length))
             series["rung 3: cold miss (1 read)"][length] = cold
             series["pre-seed baseline (2 reads + copies)"][length] = baseline
@@ -283,12 +295,17 @@ def main() -> None:
     )
     p1 = series["rung 1: live"][LENGTHS[-1]] / series["rung 1: live"][LENGTHS[0]]
     p2 = series["rung 2: cache hit"][LENGTHS[-1]] / series["rung 2: cache hit"][LENGTHS[0]]
-    p3 = {n: series["pre-seed baseline (2 reads + copies)"][n] / series["rung 3: cold miss (1 read)"][n] for n in LENGTHS}
-    print(f"  P1 live: length ratio {p1:.2f} (target <= 1.3) {verdict(p1, 1.3, higher_is_better=False)}; reads {reads['p1']}")
-    print(f"  P2 cache hit: length ratio {p2:.2f} (target <= 1.3) {verdict(p2, 1.3, higher_is_better=False)}; reads {reads['p2']}")
+    p3 = {
+        n: series["pre-seed baseline (2 reads + copies)"][n] / series["rung 3: cold miss (1 read)"][n] for n in LENGTHS
+    }
+    for label, ratio, key in (("P1 live", p1, "p1"), ("P2 cache hit", p2, "p2")):
+        mark = verdict(ratio, 1.3, higher_is_better=False)
+        print(f"  {label}: length ratio {ratio:.2f} (target <= 1.3) {mark}; log reads {reads[key]}")
     for n, ratio in p3.items():
-        print(f"  P3 cold miss at {n:,} events: {ratio:.2f}x faster than the baseline (target >= 3) "
-              f"{verdict(ratio, 3.0, higher_is_better=True)}; reads {reads['p3'][n]} for {CHILDREN} children")
+        print(
+            f"  P3 cold miss at {n:,} events: {ratio:.2f}x faster than the baseline (target >= 3) "
+            f"{verdict(ratio, 3.0, higher_is_better=True)}; reads {reads['p3'][n]} for {CHILDREN} children"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     _plot(series, RESULTS / "p123_catalog.png")
     write_json(

@@ -112,7 +112,14 @@ def main() -> None:
     print(f"  ratio large/small {ratio:.2f} (target <= 1.3) {verdict(ratio, 1.3, higher_is_better=False)}")
     write_json(
         "p7_listing",
-        {"sessions": SESSIONS, "seconds": best, "store_bytes": sizes, "ratio": ratio, "target": 1.3, "cpus": os.cpu_count()},
+        {
+            "sessions": SESSIONS,
+            "seconds": best,
+            "store_bytes": sizes,
+            "ratio": ratio,
+            "target": 1.3,
+            "cpus": os.cpu_count(),
+        },
     )
 
 

@@ -51,8 +51,10 @@ def backend_for(config: Config) -> StorageBackend:
     if parsed.scheme == "sqlite":
         from dsh.persistence.sqlite import SqliteBackend
 
-        raw = unquote(parsed.path)
-        path = Path(raw) if raw not in ("", "/") else config.home / "sessions.sqlite3"
+        # SQLAlchemy's convention: `sqlite:///relative.db`, `sqlite:////absolute/path.db`;
+        # `sqlite://` alone selects the default file in the home folder.
+        raw = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else ""
+        path = Path(raw).expanduser().resolve() if raw else config.home / "sessions.sqlite3"
         return SqliteBackend(path)
     if parsed.scheme == "memory":
         from dsh.persistence.memory import MemoryBackend
