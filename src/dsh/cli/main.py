@@ -41,11 +41,14 @@ class _Globals:
         return Config(**values)
 
     def console(self, *, plain: bool = False, stderr: bool = False) -> Console:
+        stream = sys.stderr if stderr else sys.stdout
+        # Off a terminal (a pipe, a CI log) rich would assume 80 columns and cut the ids short.
+        wide = plain or not stream.isatty()
         return Console(
             no_color=plain or not self.color,
             highlight=False,
             stderr=stderr,
-            width=200 if plain else None,
+            width=200 if wide else None,
             force_terminal=False if plain else None,
         )
 
