@@ -23,11 +23,11 @@ from typing import Any
 
 import orjson
 import pytest
-from crash_child import BACKENDS, CHILD, GUARD_S, Reports, make_backend
 
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.session import SessionStore
 from dsh.session.repair import interrupted_turn_closers
+from tests.persistence.crash_child import BACKENDS, CHILD, GUARD_S, Reports, make_backend
 
 TRIALS = 20
 LANES = 2  # trials run in two independent stores at once; each lane is sequential

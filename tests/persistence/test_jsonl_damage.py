@@ -9,7 +9,12 @@ from typing import Any
 import orjson
 import pytest
 import zstandard
-from jsonl_helpers import (
+
+from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, SessionNotFoundError
+from dsh.persistence.jsonl_format import encode_batch
+from dsh.testing.jsonl_writer import JsonlLogWriter, frame_spans
+from dsh.testing.stored_logs import build_records
+from tests.persistence.jsonl_helpers import (
     closed_records,
     make_backend,
     make_writer,
@@ -18,11 +23,6 @@ from jsonl_helpers import (
     stored_header,
     tree_digest,
 )
-
-from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, SessionNotFoundError
-from dsh.persistence.jsonl_format import encode_batch
-from dsh.testing.jsonl_writer import JsonlLogWriter, frame_spans
-from dsh.testing.stored_logs import build_records
 
 
 @pytest.fixture(params=["zstd", "none"])

@@ -7,7 +7,6 @@ from typing import Any
 import orjson
 import pytest
 import zstandard
-from jsonl_helpers import closed_records, open_step_records
 
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError
 from dsh.persistence.jsonl_format import (
@@ -23,6 +22,7 @@ from dsh.persistence.jsonl_format import (
     split_head,
 )
 from dsh.session.header import HeaderInit
+from tests.persistence.jsonl_helpers import closed_records, open_step_records
 
 CTX = LogContext("s1", "/store/x/session.jsonl")
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import orjson
 import pytest
 import zstandard
-from jsonl_helpers import closed_records, make_backend, make_writer, running, stored_header
 
 from dsh.errors import ConfigError
 from dsh.persistence.base import Capability
@@ -18,6 +17,7 @@ from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import HeaderInit
 from dsh.testing.jsonl_writer import frame_spans
 from dsh.testing.stored_logs import append_closed_turn, append_note
+from tests.persistence.jsonl_helpers import closed_records, make_backend, make_writer, running, stored_header
 
 
 @pytest.fixture(params=["zstd", "none"])

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jsonl_helpers import CountingOpener, closed_records, make_backend, make_writer, running, stored_header
 
 from dsh.persistence.errors import SessionCorruptionError, StoreMisconfiguredError
 from dsh.persistence.jsonl import JsonlBackend
@@ -16,6 +15,14 @@ from dsh.persistence.jsonl_format import encode_batch, encode_header
 from dsh.session import HeaderInit
 from dsh.testing.jsonl_writer import JsonlLogWriter
 from dsh.testing.stored_logs import append_note
+from tests.persistence.jsonl_helpers import (
+    CountingOpener,
+    closed_records,
+    make_backend,
+    make_writer,
+    running,
+    stored_header,
+)
 
 
 @pytest.fixture(params=["zstd", "none"])

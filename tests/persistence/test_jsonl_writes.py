@@ -9,7 +9,6 @@ from typing import Any
 
 import orjson
 import pytest
-from jsonl_helpers import closed_records, make_backend, make_writer, open_step_records, running, stored_header
 
 from dsh.json import FrozenDict
 from dsh.persistence.coordinator import PersistenceCoordinator
@@ -24,6 +23,14 @@ from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import HeaderInit, SessionEvent, SessionStore
 from dsh.testing.faulty import FaultyBackend
 from dsh.testing.stored_logs import append_closed_turn, append_note
+from tests.persistence.jsonl_helpers import (
+    closed_records,
+    make_backend,
+    make_writer,
+    open_step_records,
+    running,
+    stored_header,
+)
 
 
 @pytest.fixture(params=["zstd", "none"])

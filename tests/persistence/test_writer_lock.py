@@ -17,10 +17,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from crash_child import BACKENDS, CHILD, GUARD_S, Reports, make_backend
 
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.session import SessionStore
+from tests.persistence.crash_child import BACKENDS, CHILD, GUARD_S, Reports, make_backend
 
 SESSION = "shared"
 

@@ -11,7 +11,6 @@ import asyncio
 import logging
 
 import pytest
-from cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 from dsh.abort import AbortController, AbortError, AbortSignal
 from dsh.persistence.errors import OperationCancelledError, SessionNotFoundError
@@ -19,6 +18,7 @@ from dsh.projection import ProjectionError
 from dsh.projection.cache_storage import CacheIdentity
 from dsh.session import Session, SessionId
 from dsh.testing.stored_logs import BASE_TIME_MS
+from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 LOGGER = "dsh.projection.cache"
 ID = SessionId("c")

@@ -10,13 +10,13 @@ import asyncio
 import logging
 
 import pytest
-from cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 from dsh.projection import ProjectionRegistry
 from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
 from dsh.projection.cache_storage import MemoryCacheStorage
 from dsh.session import Session, SessionStore
 from dsh.testing.timer import ManualTimer
+from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 LOGGER = "dsh.projection.cache"
 
@@ -268,7 +268,7 @@ async def test_aclose_abandons_writes_past_the_timeout(
     store: SessionStore, registry: ProjectionRegistry, counter, emit, caplog
 ):
     """(03 §3.4) Writes unfinished at `close_timeout_s` are cancelled with a warning; no task is left running."""
-    from cache_conftest import SpyStorage
+    from tests.projection.cache_conftest import SpyStorage
 
     storage = SpyStorage(MemoryCacheStorage(), [])
     config = ProjectionCacheConfig(write_every_events=3, write_interval_ms=250, close_timeout_s=0.01)

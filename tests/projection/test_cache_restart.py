@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cache_conftest import POLICY, SpyPersistence
 
 from dsh.persistence.base import StorageBackend
 from dsh.persistence.coordinator import PersistenceCoordinator
@@ -25,6 +24,7 @@ from dsh.projection.cache_storage import SqliteCacheStorage
 from dsh.session import HeaderInit, SessionHeader, SessionLogOffset, SessionStore
 from dsh.testing.stored_logs import StepClock
 from dsh.testing.timer import ManualTimer
+from tests.projection.cache_conftest import POLICY, SpyPersistence
 
 
 @dataclass

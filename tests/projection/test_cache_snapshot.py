@@ -7,12 +7,12 @@ inherited cut it was written under, with zero log reads and exactly one storage 
 from __future__ import annotations
 
 import pytest
-from cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 from dsh.errors import ConfigError
 from dsh.projection import ProjectionError
 from dsh.projection.cache import ProjectionCacheConfig
 from dsh.session import HeaderInit, SessionHeader, SessionId, SessionLogOffset
+from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 ROWS = {
     "counter": {"ver": 1, "seq": 5, "val": {"n": 2}},

@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 import dsh.projection.cache_storage as cache_storage
 from dsh.config import Config
@@ -34,6 +33,7 @@ from dsh.projection.cache_storage import (
 from dsh.runtime import Runtime
 from dsh.session import SessionId, SessionLogOffset
 from dsh.testing.stored_logs import BASE_TIME_MS
+from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
 
 STORAGE_LOGGER = "dsh.projection.cache_storage"
 RECORD = CacheRecord(CacheIdentity(1, "/w", 0), {"counter": {"ver": 1, "seq": 2, "val": {"n": 1}}})
@@ -304,7 +304,7 @@ async def test_sqlite_calls_never_run_on_the_event_loop(tmp_path: Path, monkeypa
 
 async def test_a_closed_storage_refuses_with_storage_failed(storage_kind: str, tmp_path: Path):
     """(03 §3.7) After `aclose` every storage refuses reads and writes with `PROJECTION_CACHE_STORAGE_FAILED`."""
-    from cache_conftest import open_storage
+    from tests.projection.cache_conftest import open_storage
 
     storage = await open_storage(storage_kind, tmp_path / "cache.sqlite3")
     await storage.aclose()

@@ -10,12 +10,12 @@ import asyncio
 import logging
 
 import pytest
-from cache_conftest import POLICY, CacheStack, stack_fixture, storage_kind_fixture, until  # noqa: F401
 
 from dsh.projection import ClientView, ProjectionError, ProjectionUnit
 from dsh.projection.cache import ProjectionCache
 from dsh.projection.cache_storage import CacheRecord, MemoryCacheStorage
 from dsh.session import HeaderInit, Session, SessionError, SessionLogOffset
+from tests.projection.cache_conftest import POLICY, CacheStack, stack_fixture, storage_kind_fixture, until  # noqa: F401
 
 NOT_JSON = "projection checkpoint is not losslessly JSON-serializable (a unit state violates the plain-JSON contract)"
 

@@ -8,10 +8,10 @@ import pickle
 from typing import Any
 
 import pytest
-from session_helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
 
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.session import KNOWN_EVENT_TYPES, SessionError, SessionEvent, SessionStore, SurfaceReplace
+from tests.session.session_helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
 
 _SPEC_TYPES = [
     "agent-preset/selected",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from session_helpers import append_closed_turn, assistant_message, turn_end, user_message
 
 from dsh.session import HeaderInit, Session, SessionForkError, SessionStore
+from tests.session.session_helpers import append_closed_turn, assistant_message, turn_end, user_message
 
 
 def _fork_error(store: SessionStore, *args: Any, **kwargs: Any) -> SessionForkError:

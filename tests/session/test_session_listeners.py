@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 import pytest
-from session_helpers import turn_end
 
 from dsh.session import Session, SessionError, SessionEvent, SessionStore
+from tests.session.session_helpers import turn_end
 
 _LOGGER = "dsh.session.store"
 _GUARD = 5.0  # seconds; only guards against a hang, never measures anything

@@ -7,7 +7,6 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from session_helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
 
 from dsh.session import (
     TOOL_NOT_STARTED_TEXT,
@@ -18,6 +17,7 @@ from dsh.session import (
     interrupted_turn_closers,
     last_activity_time,
 )
+from tests.session.session_helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
 
 _NOT_STARTED = (
     "This tool call was interrupted before it was recorded as started; it is fine to retry it if it is still needed."

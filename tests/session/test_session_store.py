@@ -6,10 +6,10 @@ import dataclasses
 from typing import Any
 
 import pytest
-from session_helpers import closed_turn_records, record, turn_end, user_message
 
 from dsh.json import FrozenDict
 from dsh.session import HeaderInit, Session, SessionError, SessionEvent, SessionStore
+from tests.session.session_helpers import closed_turn_records, record, turn_end, user_message
 
 
 def _five_events() -> list[dict[str, Any]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from session_helpers import assistant_message, record, tool_call, tool_result, user_message
 
 from dsh.session import Session, SessionError, SessionStore, SurfaceReplace
+from tests.session.session_helpers import assistant_message, record, tool_call, tool_result, user_message
 
 _MISSING_TEXT = "surface replace: sourceEventSeqs must include every shadowed surface node; missing 1, 2"
 _CONTENT_ONLY = "surface replace: a tool/result replace may change only content of its tool-result block"
