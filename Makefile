@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test check format lint typecheck pytest pytest-fast bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,18 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+pytest-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# The inner loop: lint, types and the fast tests with small hypothesis example counts (under a minute).
+check: lint typecheck pytest-fast
+
+# The full gate, what CI runs: every test, full example counts when CI is set.
 test: lint typecheck pytest
+
+format: $(STAMP)
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench

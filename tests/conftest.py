@@ -1,4 +1,4 @@
-"""Shared pytest fixtures for the whole suite."""
+"""Shared pytest fixtures for the whole suite (fixtures only; helpers live in `tests/helpers.py`)."""
 
 from __future__ import annotations
 
@@ -10,24 +10,12 @@ import pytest
 
 import dsh
 from dsh.testing.sqlite_writer import SqliteLoopGuard
-
-
-class StepClock:
-    """A deterministic epoch-ms clock: starts at `start` and advances `step` per read."""
-
-    def __init__(self, start: int = 1_789_000_000_000, step: int = 1) -> None:
-        self.now = start
-        self.step = step
-
-    def __call__(self) -> int:
-        value = self.now
-        self.now += self.step
-        return value
+from dsh.testing.stored_logs import StepClock
 
 
 @pytest.fixture
 def clock() -> StepClock:
-    """A step clock for stores under test."""
+    """A deterministic epoch-ms clock for stores under test: +1 ms per read, `clock.now` is the next value."""
     return StepClock()
 
 
@@ -43,8 +31,12 @@ _DSH_SOURCE = str(Path(dsh.__file__).resolve().parent)
 
 @pytest.fixture(autouse=True)
 def _no_sqlite_on_the_loop(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Whole-suite guard (02 #51): no `sqlite3` call made by library code runs on an event loop thread.
+    """Whole-suite guard: no `sqlite3` call made by library code runs on an event loop thread.
 
+    A blocking database call on the loop would stall every other task, so the SQLite backend and the
+    projection cache must do their database work on worker threads
+    (docs/architecture.md#threads-and-the-event-loop). The guard watches every test, not just the
+    SQLite ones, so a new code path that slips a call onto the loop fails wherever it is first run.
     Tests that make such a call on purpose (the guard's own self-tests) carry the
     `sqlite_on_loop_on_purpose` marker.
     """

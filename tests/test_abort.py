@@ -1,4 +1,4 @@
-"""Cooperative cancellation: `AbortController` / `AbortSignal` (04 §1, acceptance #28)."""
+"""Cooperative cancellation: `AbortController` / `AbortSignal` (docs/architecture.md#cancellation)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def _parked_waiter(signal: AbortSignal) -> tuple[asyncio.Task[object], asyncio.E
     return asyncio.create_task(wait()), parked
 
 
-def test_28_reason_is_none_before_abort_and_first_reason_wins() -> None:
-    """(04 #28) reason is None before abort; a second abort keeps the first reason."""
+def test_reason_is_none_before_abort_and_first_reason_wins() -> None:
+    """reason is None before abort; a second abort keeps the first reason."""
     controller = AbortController()
     signal = controller.signal
     assert signal.aborted is False
@@ -39,8 +39,8 @@ def test_28_reason_is_none_before_abort_and_first_reason_wins() -> None:
     assert signal.reason == "first"
 
 
-def test_28_default_reason_is_an_abort_error() -> None:
-    """(04 #28) Without a reason the signal aborts with AbortError("aborted"), a DshError with code ABORTED."""
+def test_default_reason_is_an_abort_error() -> None:
+    """Without a reason the signal aborts with AbortError("aborted"), a DshError with code ABORTED."""
     controller = AbortController()
     controller.abort()
     reason = controller.signal.reason
@@ -50,8 +50,8 @@ def test_28_default_reason_is_an_abort_error() -> None:
     assert str(reason) == "aborted"
 
 
-def test_28_throw_if_aborted_raises_exceptions_as_is_and_wraps_others() -> None:
-    """(04 #28) An exception reason is raised itself; any other reason is wrapped in AbortError."""
+def test_throw_if_aborted_raises_exceptions_as_is_and_wraps_others() -> None:
+    """An exception reason is raised itself; any other reason is wrapped in AbortError."""
     boom = RuntimeError("boom")
     with pytest.raises(RuntimeError) as caught:
         AbortSignal.aborted_with(boom).throw_if_aborted()
@@ -72,8 +72,8 @@ def test_cancelled_error_reason_is_never_converted() -> None:
     assert caught.value is cancelled
 
 
-def test_28_callbacks_run_once_in_order_and_failures_are_contained(caplog: pytest.LogCaptureFixture) -> None:
-    """(04 #28) Callbacks run once, in order; a raising one is logged and the rest still run."""
+def test_callbacks_run_once_in_order_and_failures_are_contained(caplog: pytest.LogCaptureFixture) -> None:
+    """Callbacks run once, in order; a raising one is logged and the rest still run."""
     calls: list[tuple[str, object]] = []
     controller = AbortController()
     controller.signal.add_callback(lambda reason: calls.append(("a", reason)))
@@ -90,8 +90,8 @@ def test_28_callbacks_run_once_in_order_and_failures_are_contained(caplog: pytes
     assert len([r for r in caplog.records if r.name == "dsh.abort"]) == 1
 
 
-def test_28_late_callback_runs_immediately() -> None:
-    """(04 #28) A callback added to an aborted signal runs at once with the reason."""
+def test_late_callback_runs_immediately() -> None:
+    """A callback added to an aborted signal runs at once with the reason."""
     signal = AbortSignal.aborted_with("done")
     calls: list[object] = []
     remove = signal.add_callback(calls.append)
@@ -111,8 +111,8 @@ def test_removed_callback_does_not_run() -> None:
     assert calls == ["x"]
 
 
-async def test_28_await_signal_resolves_with_the_reason() -> None:
-    """(04 #28) `await signal` resolves with the reason, immediately when already aborted."""
+async def test_await_signal_resolves_with_the_reason() -> None:
+    """`await signal` resolves with the reason, immediately when already aborted."""
     assert await AbortSignal.aborted_with("early") == "early"
     controller = AbortController()
     waiter = asyncio.create_task(controller.signal.wait())
@@ -131,8 +131,8 @@ async def test_abort_on_the_owning_loop_runs_callbacks_synchronously() -> None:
     assert calls == ["now"]
 
 
-async def test_28_abort_from_another_thread_wakes_the_waiter_on_the_owning_loop() -> None:
-    """(04 #28) An abort from another thread wakes an awaiting task and runs callbacks on the loop's thread."""
+async def test_abort_from_another_thread_wakes_the_waiter_on_the_owning_loop() -> None:
+    """An abort from another thread wakes an awaiting task and runs callbacks on the loop's thread."""
     loop_thread = threading.get_ident()
     controller = AbortController()
     callback_threads: list[int] = []
@@ -181,8 +181,8 @@ async def test_cancelling_a_waiter_leaves_the_signal_alone_and_no_task_behind() 
     assert await controller.signal == "still works"
 
 
-async def test_28_timeout_aborts_with_timeout_error() -> None:
-    """(04 #28, SHOULD) timeout(0.05) aborts with a TimeoutError reason (awaited, not timed)."""
+async def test_timeout_aborts_with_timeout_error() -> None:
+    """timeout(0.05) aborts with a TimeoutError reason (awaited, not timed)."""
     signal = AbortSignal.timeout(0.05)
     assert signal.aborted is False
     reason = await asyncio.wait_for(signal.wait(), _GUARD)
@@ -192,8 +192,8 @@ async def test_28_timeout_aborts_with_timeout_error() -> None:
         signal.throw_if_aborted()
 
 
-async def test_28_any_takes_the_first_reason() -> None:
-    """(04 #28, SHOULD) any() aborts with the first input's reason and ignores later ones."""
+async def test_any_takes_the_first_reason() -> None:
+    """any() aborts with the first input's reason and ignores later ones."""
     a, b = AbortController(), AbortController()
     combined = AbortSignal.any(a.signal, b.signal)
     assert combined.aborted is False

@@ -1,4 +1,4 @@
-"""Typed configuration: defaults, strict Python values, environment parsing (00 §5)."""
+"""Typed configuration: defaults, strict Python values, environment parsing."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ def _invalid(factory: Any, **values: Any) -> ConfigError:
     return caught.value
 
 
-def test_defaults_match_the_overview_table() -> None:
-    """Config() gives the 00 §5 defaults for every field that exists."""
+def test_every_field_has_its_default() -> None:
+    """Config() with no arguments and no DSH_* variables gives every field its default value."""
     config = Config()
     assert config.home == Path.home() / ".local" / "share" / "dsh" == default_home()
     assert config.database_url is None

@@ -1,4 +1,4 @@
-"""The lossless JSON boundary: frozen containers, freeze/adopt/thaw/dumps/loads, round-trip properties (01 §4)."""
+"""The lossless JSON boundary: frozen containers, freeze/adopt/thaw/dumps/loads, round-trip properties."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from dsh.json import (
     thaw,
 )
 from dsh.session import SessionEvent
+from tests.helpers import examples
 
 # Every method of dict / list that changes the object in place (CPython 3.11+).
 _DICT_MUTATORS: dict[str, Callable[[Any], object]] = {
@@ -348,6 +349,7 @@ def test_thaw_returns_plain_mutable_deep_copies() -> None:
     assert thaw("s") == "s"
 
 
+@pytest.mark.slow
 def test_thaw_is_iterative() -> None:
     """thaw copes with nesting far deeper than the recursion limit."""
     value: Any = FrozenList()
@@ -400,7 +402,7 @@ def _lists_for_tuples(value: Any) -> Any:
     return value
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_JSON)
 def test_property_freeze_dumps_loads_round_trip(value: Any) -> None:
     """freeze → dumps → loads returns an equal, deeply frozen value for any accepted JSON value."""
@@ -411,7 +413,7 @@ def test_property_freeze_dumps_loads_round_trip(value: Any) -> None:
     _assert_deeply_frozen(back)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_JSON)
 def test_property_thaw_inverts_freeze(value: Any) -> None:
     """thaw(freeze(x)) == x, with only plain containers."""
@@ -428,14 +430,14 @@ def test_property_thaw_inverts_freeze(value: Any) -> None:
             stack.extend(node)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_JSON)
 def test_property_adopt_of_parsed_text_equals_freeze(value: Any) -> None:
     """adopt(orjson.loads(text of x)) equals freeze(x)."""
     assert adopt(orjson.loads(orjson.dumps(value))) == freeze(value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_WITH_TUPLES)
 def test_property_tuples_freeze_as_arrays(value: Any) -> None:
     """Tuples are accepted and become arrays; the result equals the list-normalised input."""
@@ -444,7 +446,7 @@ def test_property_tuples_freeze_as_arrays(value: Any) -> None:
     _assert_deeply_frozen(frozen)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_WITH_TUPLES)
 def test_property_fast_walk_equals_exact_walk(value: Any) -> None:
     """The recursive fast walk and the iterative exact walk produce identical values and types."""

@@ -1,4 +1,8 @@
-"""Module size ceiling: no module under `src/dsh` exceeds 1,000 lines (STYLE: 150-600 wanted, 1,000 hard)."""
+"""Module size ceiling: no module under `src/dsh` exceeds 1,000 lines.
+
+The house style wants modules of 150-600 lines; 1,000 is the hard ceiling this test enforces, so a
+module that keeps growing is split before it becomes hard to read.
+"""
 
 from __future__ import annotations
 

@@ -45,13 +45,13 @@ class _Section(BaseModel):
 
 
 class PersistenceConfig(_Section):
-    """Persistence settings (02 §4)."""
+    """Persistence settings: the write-behind window (docs/glossary.md#write-behind-window)."""
 
     write_batch_max_delay_ms: int = Field(default=200, ge=1, le=_MAX_INT32)
 
 
 class CacheConfig(_Section):
-    """Projection-cache write policy (03 §3.4)."""
+    """Projection-cache write policy (docs/projections.md#cache-write-policy)."""
 
     write_every_events: int = Field(default=256, ge=1)
     write_interval_ms: int = Field(default=5000, ge=1, le=_MAX_INT32)
@@ -59,7 +59,7 @@ class CacheConfig(_Section):
 
 
 class SubagentConfig(_Section):
-    """Subagent settings (05 §3.10, §1.8)."""
+    """Subagent settings: cold-read concurrency of the catalog and the delegation depth limit."""
 
     cold_read_concurrency: int = Field(default=DEFAULT_COLD_READ_CONCURRENCY, ge=1, le=64)
     max_depth: int = Field(default=3, ge=0)

@@ -109,7 +109,7 @@ class DshError(Exception):
     """Root of every error dsh raises on purpose.
 
     Args:
-        message: Human-readable text. Texts the spec pins are data; others may change.
+        message: Human-readable text. Texts callers match on are stable data; others may change.
         code: One of the class's `codes`; defaults to the class's only code.
 
     Attributes:

@@ -204,7 +204,12 @@ class Runtime:
         )
 
     async def aclose(self) -> None:
-        """Close in the 00 §3 order; idempotent."""
+        """Close every service in dependency order (docs/architecture.md#open-and-close-order); idempotent.
+
+        The subagent runtime and the session store close first, so nothing appends any more; the
+        projection cache then writes its final checkpoints while the units are still registered; only
+        then are the units released and the registry and persistence closed.
+        """
         if self._closed or not self._opened:
             self._closed = True
             return

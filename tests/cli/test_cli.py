@@ -113,7 +113,7 @@ def test_agents_descendants_json_carries_depth(tmp_path: Path) -> None:
 
 
 def test_agents_of_an_unknown_parent_is_empty(tmp_path: Path) -> None:
-    """An unknown parent id lists `[]` with exit 0 (seed 000 deviation 4)."""
+    """An unknown parent id lists `[]` with exit 0, not an error (docs/catalog.md#accepted-deviations)."""
     result = runner.invoke(app, ["--home", str(tmp_path), "agents", "nobody", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == []

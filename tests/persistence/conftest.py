@@ -1,10 +1,14 @@
-"""Fixtures for the persistence tests: a manual timer, a memory store and an opened coordinator."""
+"""Fixtures of the persistence tests (plain helpers live in `tests/persistence/helpers.py`).
+
+A manual timer, a memory backend wrapped for fault injection, a store and an opened coordinator over
+them, each JSONL encoding in turn, and a strict guard against `sqlite3` calls on the event loop.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
@@ -13,6 +17,7 @@ from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
 from dsh.session.store import SessionStore
 from dsh.testing.faulty import FaultyBackend
+from dsh.testing.sqlite_writer import SqliteLoopGuard
 from dsh.testing.stored_logs import MemoryStoredLogWriter, StepClock
 from dsh.testing.timer import ManualTimer
 
@@ -65,3 +70,21 @@ async def coordinator(
             await store.aclose()
         with contextlib.suppress(Exception):
             await coordinator.close()
+
+
+@pytest.fixture(params=["zstd", "none"])
+def compression(request: pytest.FixtureRequest) -> str:
+    """Each JSONL encoding in turn: zstd frames and plain `.jsonl` lines."""
+    return str(request.param)
+
+
+@pytest.fixture
+def strict_sqlite_guard() -> Iterator[None]:
+    """Fail the test if any `sqlite3` call ran on the event loop, including calls made by the test itself.
+
+    The suite-wide guard counts only library code; the SQLite tests also hold their own raw
+    connections and fixture writers to the rule (docs/architecture.md#threads-and-the-event-loop).
+    """
+    with SqliteLoopGuard() as guard:
+        yield
+    guard.assert_clean()

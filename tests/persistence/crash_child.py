@@ -15,6 +15,10 @@ parent can compare what is on disk with what happened before the kill:
 * `F <n>` after a flush returned: every event with `seq < n` is durable.
 * `READY <n>` once the session is live; `HELD <holder>` (then exit 3) when another process is the
   session's writer; `DONE` when mode `bounded` finished its turns.
+
+The program imports nothing from the `tests` package, so it runs by path with only `dsh` installed.
+The parent's half of the protocol (`Reports`, `CHILD`) lives in `tests/persistence/helpers.py`,
+which reuses `open_backend` from here so both sides open a store the same way.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ import hashlib
 import os
 import random
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -34,35 +36,6 @@ from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.errors import LeaseHeldError, SessionNotFoundError
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import HeaderInit, Session, SessionEvent, SessionStore
-
-# ---------------------------------------------------------------- shared with the parent tests
-
-CHILD = Path(__file__)
-GUARD_S = 60.0  # only guards the parent against hangs
-BACKENDS = ["jsonl-zstd", "jsonl-raw"]
-if Path(__file__).parents[2].joinpath("src", "dsh", "persistence", "sqlite.py").exists():
-    BACKENDS.append("sqlite")
-
-
-@dataclass
-class Reports:
-    """What one child reported before it died: event hashes by seq and the highest flushed seq."""
-
-    events: dict[int, str] = field(default_factory=dict)
-    flushed: int = 0
-
-    def parse(self, line: bytes) -> None:
-        """Record one complete report line."""
-        parts = line.decode().split()
-        if not parts:
-            return
-        if parts[0] == "E":
-            self.events[int(parts[1])] = parts[2]
-        elif parts[0] == "F":
-            self.flushed = max(self.flushed, int(parts[1]))
-
-
-# ---------------------------------------------------------------- the child
 
 
 def _emit(line: str) -> None:
@@ -73,8 +46,8 @@ def _report(event: SessionEvent) -> None:
     _emit(f"E {event.seq} {hashlib.sha256(orjson.dumps(event)).hexdigest()}")
 
 
-def make_backend(kind: str, path: str) -> Any:
-    """The backend under test for `kind`."""
+def open_backend(kind: str, path: str) -> Any:
+    """The backend under test for `kind` (`jsonl-zstd`, `jsonl-raw` or `sqlite`) over the store at `path`."""
     if kind == "jsonl-zstd":
         return JsonlBackend(path, compression="zstd")
     if kind == "jsonl-raw":
@@ -159,7 +132,7 @@ async def main(kind: str, path: str, session_id: str, seed: int, mode: str) -> i
     rng = random.Random(seed)
     store = SessionStore()
     coordinator = PersistenceCoordinator(
-        make_backend(kind, path), store, write_batch_max_delay_ms=rng.choice((1, 5, 20))
+        open_backend(kind, path), store, write_batch_max_delay_ms=rng.choice((1, 5, 20))
     )
     await coordinator.open()
     try:

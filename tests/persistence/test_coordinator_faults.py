@@ -1,4 +1,9 @@
-"""`FaultyBackend` and the memory backend's in-backend faults: batches stay all-or-nothing (02 §5)."""
+"""`FaultyBackend` and the memory backend's in-backend faults: batches stay all-or-nothing.
+
+A batch that fails part-way (a torn write, a failed sync, a failed rollback) must leave the stored
+log and its revision exactly as they were, so the retry stores every event once
+(docs/storage-format.md#durability).
+"""
 
 from __future__ import annotations
 
@@ -111,7 +116,7 @@ async def test_memory_append_rules(storage: MemoryStorage) -> None:
     assert await stored_count(inner) == 2
 
 
-async def test_memory_revisions_follow_the_spec_shape(storage: MemoryStorage) -> None:
+async def test_memory_revisions_name_store_incarnation_and_counter(storage: MemoryStorage) -> None:
     """Memory revisions read mem:<store uuid>:<incarnation>:<n> and differ between stores."""
     inner, _ = await opened(storage)
     revision = await inner.append_batch(HEADER, events_of(1), materialized=False, fence=None)

@@ -1,4 +1,8 @@
-"""Coordinator construction, open/close, idempotent close and the close failure group (02 §4, §4.5)."""
+"""Coordinator construction, open/close, idempotent close and the close failure group.
+
+Closing drains every live session before the backend closes, and reports every failure at once
+(docs/architecture.md#open-and-close-order).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Resume: prepare, reservations, publication attach/veto and release (02 §4.3, §4.6, §4.7)."""
+"""Resume: prepare, reservations, publication attach/veto and release.
+
+`prepare` takes the writer lock, reads and repairs the stored log and hands back a prepared session
+that is either published (resumed) or closed unpublished (docs/glossary.md#prepared-session).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Cold reads: the validation pipeline, listing, typed reads, shared loads and cancellation (02 §4.2, §4.6, §4.8)."""
+"""Cold reads: the validation pipeline, listing, typed reads, shared loads and cancellation.
+
+A stored log is checked once on its way in (refusals first, then shape) and never changed by a read
+(docs/architecture.md#read-path, docs/architecture.md#cancellation).
+"""
 
 from __future__ import annotations
 

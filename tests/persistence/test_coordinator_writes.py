@@ -1,4 +1,9 @@
-"""The write path: window, barrier, init, writer locks, retirement and drain (02 §2.1, §4.3 to §4.5)."""
+"""The write path: batching window, flush barrier, init, writer locks, retirement and drain.
+
+Events are written behind the session in batches: a window collects them, `flush` is the barrier
+that waits for durability, and a disposed session retires by writing what is left
+(docs/architecture.md#write-path, docs/glossary.md#write-behind-window).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crash safety (07 R1): SIGKILL a streaming writer at seeded-random points, then reopen and verify the log.
+"""Crash safety: SIGKILL a streaming writer at seeded-random points, then reopen and verify the log.
 
 Each trial starts `crash_child.py` (a real `SessionStore` + `PersistenceCoordinator` over the backend),
 lets it stream turns with periodic flushes, and kills it with SIGKILL after a seeded-random number
@@ -8,13 +8,12 @@ kill left), so torn tails, repairs and end-seeds are all exercised. After every 
 coordinator proves: every event covered by a completed flush is present, every stored event is one
 the child appended (byte-identical; nothing after the torn tail is invented), seqs are contiguous,
 the log loads, an open turn is closed in memory by exactly the interrupted-turn closers, and
-`prepare` then commits that repair durably.
+`prepare` then commits that repair durably (docs/architecture.md#crash-repair).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import random
 import signal
 import sys
@@ -27,18 +26,10 @@ import pytest
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.session import SessionStore
 from dsh.session.repair import interrupted_turn_closers
-from tests.persistence.crash_child import BACKENDS, CHILD, GUARD_S, Reports, make_backend
+from tests.persistence.helpers import CHILD, CHILD_BACKENDS, GUARD_S, Reports, event_sha256, open_backend, store_path
 
 TRIALS = 20
 LANES = 2  # trials run in two independent stores at once; each lane is sequential
-
-
-def _sha(event: Any) -> str:
-    return hashlib.sha256(orjson.dumps(event)).hexdigest()
-
-
-def _store_path(lane_dir: Path, kind: str) -> str:
-    return str(lane_dir / ("sessions.sqlite3" if kind == "sqlite" else "sessions"))
 
 
 async def _run_and_kill(kind: str, path: str, session_id: str, seed: int, rng: random.Random) -> Reports:
@@ -90,16 +81,16 @@ def _open_turn(events: list[Any]) -> bool:
 
 
 async def _verify(kind: str, path: str, session_id: str, reports: Reports) -> None:
-    """Reopen with fresh coordinators and check R1 for one killed child."""
+    """Reopen with fresh coordinators and check every crash-safety promise for one killed child."""
     store = SessionStore()
-    async with PersistenceCoordinator(make_backend(kind, path), store) as coordinator:
+    async with PersistenceCoordinator(open_backend(kind, path), store) as coordinator:
         observation = await coordinator.inspect(session_id)
         events = list(observation.events)
         assert [event.seq for event in events] == list(range(len(events)))
         stored = events[: len(events) - observation.synthetic_tail]
         assert len(stored) >= reports.flushed, "an event covered by a completed flush is missing"
         for event in stored:
-            assert reports.events.get(event.seq) == _sha(event), f"stored seq {event.seq} was never appended"
+            assert reports.events.get(event.seq) == event_sha256(event), f"stored seq {event.seq} was never appended"
         expected_closers = interrupted_turn_closers(stored)
         assert (observation.synthetic_tail > 0) == _open_turn(stored)
         assert [orjson.dumps(e) for e in events[len(stored) :]] == [orjson.dumps(e) for e in expected_closers]
@@ -109,7 +100,7 @@ async def _verify(kind: str, path: str, session_id: str, reports: Reports) -> No
             pass
         await store.aclose()
     store = SessionStore()
-    async with PersistenceCoordinator(make_backend(kind, path), store) as coordinator:
+    async with PersistenceCoordinator(open_backend(kind, path), store) as coordinator:
         repaired = await coordinator.inspect(session_id)
         assert repaired.synthetic_tail == 0
         assert [orjson.dumps(e) for e in repaired.events] == [orjson.dumps(e) for e in events]
@@ -120,7 +111,7 @@ async def _verify(kind: str, path: str, session_id: str, reports: Reports) -> No
 
 async def _lane(kind: str, lane_dir: Path, lane: int, trials: int) -> int:
     rng = random.Random(f"crash:{kind}:{lane}")
-    path = _store_path(lane_dir, kind)
+    path = store_path(lane_dir, kind)
     verified = 0
     for trial in range(trials):
         session_id = f"lane{lane}-s{trial // 2}"  # the odd trial resumes what the even one left
@@ -131,9 +122,9 @@ async def _lane(kind: str, lane_dir: Path, lane: int, trials: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", BACKENDS)
-async def test_r1_sigkill_at_random_points_loses_no_flushed_event(tmp_path: Path, kind: str) -> None:
-    """(07 R1) 20 SIGKILLs mid-stream: flushed events survive, the log loads and repairs, nothing is invented."""
+@pytest.mark.parametrize("kind", CHILD_BACKENDS)
+async def test_sigkill_at_random_points_loses_no_flushed_event(tmp_path: Path, kind: str) -> None:
+    """Twenty SIGKILLs mid-stream: flushed events survive, the log loads and repairs, nothing is invented."""
     lanes = []
     for lane in range(LANES):
         lane_dir = tmp_path / f"lane{lane}"

@@ -1,4 +1,4 @@
-"""The shared persistence conformance suite (02 §9 #1 to #36) against the JSONL backend, zstd and raw."""
+"""The shared persistence conformance suite (`dsh.testing.persistence`) run against the JSONL backend, zstd and raw."""
 
 from __future__ import annotations
 

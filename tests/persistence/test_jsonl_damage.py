@@ -1,4 +1,10 @@
-"""The JSONL damage matrix: torn tails repaired only by `prepare`, corruption, refusals, untouched reads (02 #40-48)."""
+"""The JSONL damage matrix: torn tails repaired only by `prepare`, corruption, refusals, untouched reads.
+
+A torn tail is what a crash mid-append leaves. Reads report it and close the open turn in memory
+only; `prepare`, which makes the caller the session's writer, cuts it and stores the closers
+(docs/storage-format.md#torn-tails-and-repair). Damage inside the committed region is corruption
+and is never repaired; formats this version cannot read are refusals, never corruption.
+"""
 
 from __future__ import annotations
 
@@ -13,22 +19,15 @@ import zstandard
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, SessionNotFoundError
 from dsh.persistence.jsonl_format import encode_batch
 from dsh.testing.jsonl_writer import JsonlLogWriter, frame_spans
-from dsh.testing.stored_logs import build_records
-from tests.persistence.jsonl_helpers import (
+from dsh.testing.stored_logs import build_records, stored_header
+from tests.persistence.helpers import (
     closed_records,
     make_backend,
     make_writer,
     open_step_records,
     running,
-    stored_header,
     tree_digest,
 )
-
-
-@pytest.fixture(params=["zstd", "none"])
-def compression(request: pytest.FixtureRequest) -> str:
-    """Both encodings."""
-    return str(request.param)
 
 
 def _decode_lines(path: str) -> list[dict[str, Any]]:
@@ -54,8 +53,8 @@ async def _read_paths(coordinator: Any, session_id: str) -> list[BaseException |
 # ---------------------------------------------------------------- torn tails
 
 
-async def test_40_raw_fragment_is_kept_by_inspect_and_repaired_by_prepare(tmp_path: Path) -> None:
-    """(02 #40) A raw final fragment stays on disk through inspect; prepare truncates it and appends closers."""
+async def test_raw_fragment_is_kept_by_inspect_and_repaired_by_prepare(tmp_path: Path) -> None:
+    """A raw final fragment stays on disk through inspect; prepare truncates it and appends closers."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "none")
     records = open_step_records(started=("call-1",))
@@ -83,8 +82,8 @@ async def test_40_raw_fragment_is_kept_by_inspect_and_repaired_by_prepare(tmp_pa
         assert len(again.events) == len(records) + 3
 
 
-async def test_41_raw_garbage_then_log_only_events_is_a_torn_tail(tmp_path: Path) -> None:
-    """(02 #41) Raw garbage followed only by log-only events reads as a torn tail and is cut by prepare."""
+async def test_raw_garbage_then_log_only_events_is_a_torn_tail(tmp_path: Path) -> None:
+    """Raw garbage followed only by log-only events reads as a torn tail and is cut by prepare."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "none")
     records = open_step_records()
@@ -99,8 +98,8 @@ async def test_41_raw_garbage_then_log_only_events_is_a_torn_tail(tmp_path: Path
     assert b"#garbage#" not in Path(writer.path_of("s1")).read_bytes()
 
 
-async def test_41_raw_garbage_before_turn_end_is_corrupt(tmp_path: Path) -> None:
-    """(02 #41) Raw garbage followed by a `turn/end` line is `SESSION_CORRUPT`, for inspect and prepare alike."""
+async def test_raw_garbage_before_turn_end_is_corrupt(tmp_path: Path) -> None:
+    """Raw garbage followed by a `turn/end` line is `SESSION_CORRUPT`, for inspect and prepare alike."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "none")
     records = closed_records(2)
@@ -130,8 +129,8 @@ def _big_open_step() -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("at", ["magic", "last-block", "checksum"])
-async def test_42_torn_zstd_frame_is_recovered_and_rewritten_in_one_frame(tmp_path: Path, at: str) -> None:
-    """(02 #42) A final frame torn in its magic, last block or checksum: complete records recovered, one new frame."""
+async def test_torn_zstd_frame_is_recovered_and_rewritten_in_one_frame(tmp_path: Path, at: str) -> None:
+    """A final frame torn in its magic, last block or checksum: complete records recovered, one new frame."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "zstd")
     head = closed_records(1)
@@ -193,8 +192,8 @@ async def test_torn_tail_after_complete_turns_is_dropped_without_closers(tmp_pat
 # ---------------------------------------------------------------- corruption inside complete frames
 
 
-async def test_43_flipped_byte_in_complete_frame_is_corrupt(tmp_path: Path) -> None:
-    """(02 #43) One flipped byte inside a complete frame is `SESSION_CORRUPT` (no later `turn/end` needed)."""
+async def test_flipped_byte_in_complete_frame_is_corrupt(tmp_path: Path) -> None:
+    """One flipped byte inside a complete frame is `SESSION_CORRUPT` (no later `turn/end` needed)."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "zstd")
     records = open_step_records()
@@ -211,8 +210,8 @@ async def test_43_flipped_byte_in_complete_frame_is_corrupt(tmp_path: Path) -> N
         assert tree_digest(root) == before
 
 
-async def test_43_complete_frame_ending_mid_record_is_corrupt(tmp_path: Path) -> None:
-    """(02 #43) A complete frame whose text ends mid-record is `SESSION_CORRUPT`."""
+async def test_complete_frame_ending_mid_record_is_corrupt(tmp_path: Path) -> None:
+    """A complete frame whose text ends mid-record is `SESSION_CORRUPT`."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "zstd")
     await writer.write("s1", stored_header("s1"), open_step_records())
@@ -225,8 +224,8 @@ async def test_43_complete_frame_ending_mid_record_is_corrupt(tmp_path: Path) ->
 # ---------------------------------------------------------------- identity, refusals, round trips
 
 
-async def test_48_header_id_mismatch_is_corrupt(tmp_path: Path, compression: str) -> None:
-    """(02 #48, #32) A header whose id differs from the requested id is `SESSION_CORRUPT`."""
+async def test_header_id_mismatch_is_corrupt(tmp_path: Path, compression: str) -> None:
+    """A header whose id differs from the requested id is `SESSION_CORRUPT`."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
     await writer.write("s1", stored_header("other"), closed_records(1))
@@ -236,8 +235,8 @@ async def test_48_header_id_mismatch_is_corrupt(tmp_path: Path, compression: str
         assert caught.value.location == writer.path_of("s1")
 
 
-async def test_48_header_pointing_elsewhere_is_corrupt(tmp_path: Path, compression: str) -> None:
-    """(02 #48) A header whose id + cwd name another path than where the file lies is `SESSION_CORRUPT`."""
+async def test_header_pointing_elsewhere_is_corrupt(tmp_path: Path, compression: str) -> None:
+    """A header whose id + cwd name another path than where the file lies is `SESSION_CORRUPT`."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
     await writer.write("s1", stored_header("s1", cwd="/a"), closed_records(1), cwd="/b")
@@ -249,8 +248,8 @@ async def test_48_header_pointing_elsewhere_is_corrupt(tmp_path: Path, compressi
         assert [(d.location, d.code) for d in listing.damaged] == [(writer.path_of("s1"), "SESSION_CORRUPT")]
 
 
-async def test_48_fixture_logs_in_the_documented_layout_load(tmp_path: Path, compression: str) -> None:
-    """(02 #48) Logs built by the fixture writer (one event per line, upstream key order) load unchanged."""
+async def test_fixture_logs_in_the_documented_layout_load(tmp_path: Path, compression: str) -> None:
+    """Logs built by the fixture writer (one event per line, upstream key order) load unchanged."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
     records = closed_records(3)
@@ -261,8 +260,8 @@ async def test_48_fixture_logs_in_the_documented_layout_load(tmp_path: Path, com
         assert observation.header.agent_preset == "p"
 
 
-async def test_48_packed_rows_are_refused(tmp_path: Path, compression: str) -> None:
-    """(02 #48) A `text-chunks` row is `SESSION_FORMAT_UNSUPPORTED`, never corruption."""
+async def test_packed_chunk_rows_are_refused(tmp_path: Path, compression: str) -> None:
+    """A packed `text-chunks` row (an encoding this store never writes) is a format refusal, never corruption."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
     records: list[dict[str, Any]] = open_step_records()

@@ -1,4 +1,8 @@
-"""The pure JSONL codec: layout, header encoding, zstd framing and the scanner's torn/corruption rules (02 §6)."""
+"""The pure JSONL codec: layout, header encoding, zstd framing and the scanner's torn/corruption rules.
+
+No file system here: these tests call `dsh.persistence.jsonl_format` directly
+(docs/storage-format.md#jsonl-layout, docs/storage-format.md#torn-tails-and-repair).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from dsh.persistence.jsonl_format import (
     split_head,
 )
 from dsh.session.header import HeaderInit
-from tests.persistence.jsonl_helpers import closed_records, open_step_records
+from tests.persistence.helpers import closed_records, open_step_records
 
 CTX = LogContext("s1", "/store/x/session.jsonl")
 
@@ -40,14 +44,14 @@ def _turn_end(seq: int) -> bytes:
     return orjson.dumps({"type": "turn/end", "seq": seq, "time": 1, "data": {"turn": 9, "reason": {"kind": "x"}}})
 
 
-def test_37_layout_of_the_example_id_and_cwd() -> None:
-    """(02 #37) id `a/b c~` with cwd `/srv/x y` lives at `--srv-x~0020y--/a~002Fb~0020c~007E/session.jsonl.zstd`."""
+def test_id_and_cwd_are_escaped_into_the_relative_path() -> None:
+    """id `a/b c~` with cwd `/srv/x y` lives at `--srv-x~0020y--/a~002Fb~0020c~007E/session.jsonl.zstd`."""
     assert relative_path("a/b c~", "/srv/x y", "zstd") == "--srv-x~0020y--/a~002Fb~0020c~007E/session.jsonl.zstd"
     assert relative_path("a/b c~", "/srv/x y", "none") == "--srv-x~0020y--/a~002Fb~0020c~007E/session.jsonl"
 
 
-def test_37_traversal_ids_and_missing_cwd() -> None:
-    """(02 #37) `..` encodes as `~002E~002E`, `.` as `~002E`, and no cwd uses the literal `_no-cwd`."""
+def test_traversal_ids_and_missing_cwd_are_escaped() -> None:
+    """`..` encodes as `~002E~002E`, `.` as `~002E`, and no cwd uses the literal `_no-cwd`."""
     assert relative_path("..", None, "zstd") == "_no-cwd/~002E~002E/session.jsonl.zstd"
     assert relative_path(".", None, "none") == "_no-cwd/~002E/session.jsonl"
     with pytest.raises(ValueError, match="empty path segment"):
@@ -70,8 +74,8 @@ def test_project_key_keeps_251_characters() -> None:
     assert len(key.encode()) == 255
 
 
-def test_39_header_line_keeps_upstream_key_order() -> None:
-    """(02 #39) The header line is compact JSON in upstream key order with `delegationDepth` always present."""
+def test_header_line_keeps_upstream_key_order() -> None:
+    """The header line is compact JSON in upstream key order with `delegationDepth` always present."""
     header = HeaderInit(cwd="/w", parent_session="p", origin="subagent", agent_preset="coder").build(
         "s1", created_at=5, is_seeded=True
     )
@@ -128,8 +132,8 @@ def test_decode_header_refuses_non_headers() -> None:
 
 
 @pytest.mark.parametrize(("version", "direction"), [(1, "newer"), (-1, "older"), (2.5, "newer")])
-def test_29_version_refusal_carries_the_facts(version: object, direction: str) -> None:
-    """(02 #29) A numeric version other than 0 is format-unsupported with found version, direction and path."""
+def test_version_refusal_carries_the_facts(version: object, direction: str) -> None:
+    """A numeric version other than 0 is format-unsupported with found version, direction and path."""
     with pytest.raises(SessionFormatUnsupportedError) as caught:
         check_version({"type": "session", "version": version, "id": "s1"}, CTX)
     error = caught.value
@@ -139,8 +143,8 @@ def test_29_version_refusal_carries_the_facts(version: object, direction: str) -
     check_version({"version": "0"}, CTX)  # not numeric: left to the header shape check
 
 
-def test_48_identity_rules() -> None:
-    """(02 #48) Header id must equal the requested id, and id + cwd must name this very path."""
+def test_header_must_name_the_requested_id_and_this_path() -> None:
+    """Header id must equal the requested id, and id + cwd must name this very path."""
     record = {"type": "session", "version": 0, "id": "s1", "cwd": "/w"}
     check_identity(record, "s1", "--w--/s1/session.jsonl.zstd", "zstd", CTX)
     with pytest.raises(SessionCorruptionError, match='requested id "s2"'):
@@ -163,8 +167,8 @@ def test_raw_clean_log_has_no_torn_tail() -> None:
     assert (scan.torn, scan.oversized_int_at) == (None, None)
 
 
-def test_40_raw_final_fragment_is_torn() -> None:
-    """(02 #40) A final fragment without a newline is a torn tail; the marker cuts right after the last line."""
+def test_raw_final_fragment_is_torn() -> None:
+    """A final fragment without a newline is a torn tail; the marker cuts right after the last line."""
     records = open_step_records()
     data, start = _raw(records, b'{"type":"assistant/chunk","seq":')
     scan = scan_events(data, start, "none", CTX)
@@ -174,8 +178,8 @@ def test_40_raw_final_fragment_is_torn() -> None:
     assert scan.torn.recovered_events == ()
 
 
-def test_41_raw_garbage_before_log_only_events_is_torn() -> None:
-    """(02 #41) Garbage followed only by log-only events is a torn tail starting at the garbage line."""
+def test_raw_garbage_before_log_only_events_is_torn() -> None:
+    """Garbage followed only by log-only events is a torn tail starting at the garbage line."""
     records = open_step_records()
     keep = records[:-2]
     data, start = _raw(keep)
@@ -187,8 +191,8 @@ def test_41_raw_garbage_before_log_only_events_is_torn() -> None:
     assert scan.torn.truncate_to == cut
 
 
-def test_41_raw_garbage_before_turn_end_is_corrupt() -> None:
-    """(02 #41) Garbage followed by a `turn/end` line is corruption naming the garbage line."""
+def test_raw_garbage_before_turn_end_is_corrupt() -> None:
+    """Garbage followed by a `turn/end` line is corruption naming the garbage line."""
     records = open_step_records()
     data, start = _raw(records, b"garbage\n" + _turn_end(len(records) + 1) + b"\n")
     with pytest.raises(SessionCorruptionError, match=f"unparsable committed event at line {len(records) + 2}"):
@@ -218,8 +222,8 @@ def test_raw_unparsable_and_non_object_lines() -> None:
         assert scan.torn is not None
 
 
-def test_48_packed_rows_are_format_unsupported() -> None:
-    """(02 #48) A complete `text-chunks` line with `seq0` is refused as format-unsupported, naming the line."""
+def test_packed_chunk_rows_are_format_unsupported() -> None:
+    """A complete `text-chunks` line with `seq0` is refused as format-unsupported, naming the line."""
     records = closed_records(1)
     packed = b'{"type":"text-chunks","seq0":6,"time":1,"deltas":["a","b","c"]}'
     data, start = _raw(records, packed + b"\n")
@@ -260,24 +264,24 @@ def test_zstd_multi_frame_log_scans_frame_by_frame() -> None:
     assert whole.splitlines()[1:] == encode_batch(records).splitlines()
 
 
-def test_43_complete_frame_ending_mid_record_is_corrupt() -> None:
-    """(02 #43) A complete frame whose text ends mid-record is corruption, even with no later `turn/end`."""
+def test_complete_frame_ending_mid_record_is_corrupt() -> None:
+    """A complete frame whose text ends mid-record is corruption, even with no later `turn/end`."""
     records = open_step_records()
     data, start = _zstd([encode_batch(records), b'{"type":"assistant/chunk"'])
     with pytest.raises(SessionCorruptionError, match="torn JSONL record"):
         scan_events(data, start, "zstd", CTX)
 
 
-def test_43_garbage_inside_a_complete_frame_is_corrupt() -> None:
-    """(02 #43) An unparsable line inside a complete frame is corruption even when nothing follows it."""
+def test_garbage_inside_a_complete_frame_is_corrupt() -> None:
+    """An unparsable line inside a complete frame is corruption even when nothing follows it."""
     records = open_step_records()
     data, start = _zstd([encode_batch(records), b"garbage\n"])
     with pytest.raises(SessionCorruptionError, match="unparsable committed event"):
         scan_events(data, start, "zstd", CTX)
 
 
-def test_43_flipped_byte_in_a_complete_frame_is_corrupt() -> None:
-    """(02 #43) A flipped content byte fails the frame's checksum: corruption naming the frame offset."""
+def test_flipped_byte_in_a_complete_frame_is_corrupt() -> None:
+    """A flipped content byte fails the frame's checksum: corruption naming the frame offset."""
     records = open_step_records()
     data, start = _zstd([encode_batch(records[:3]), encode_batch(records[3:])])
     damaged = bytearray(data)
@@ -287,8 +291,8 @@ def test_43_flipped_byte_in_a_complete_frame_is_corrupt() -> None:
 
 
 @pytest.mark.parametrize("cut", ["magic", "checksum", "middle"])
-def test_42_torn_final_frame_keeps_complete_records(cut: str) -> None:
-    """(02 #42) A torn final frame keeps the complete frames and the complete records it decodes."""
+def test_torn_final_frame_keeps_complete_records(cut: str) -> None:
+    """A torn final frame keeps the complete frames and the complete records it decodes."""
     records = open_step_records()
     first, last = records[:6], records[6:]
     data, start = _zstd([encode_batch(first)])

@@ -1,4 +1,8 @@
-"""JSONL backend layout, framing and housekeeping: paths, frames per batch, modes, temp sweep, root checks (02 §6)."""
+"""JSONL backend layout, framing and housekeeping: paths, frames per batch, modes, temp sweep, root checks.
+
+These run the real backend under a coordinator and look at the files it leaves
+(docs/storage-format.md#jsonl-layout, docs/storage-format.md#zstd-frames).
+"""
 
 from __future__ import annotations
 
@@ -16,22 +20,16 @@ from dsh.persistence.errors import PersistenceClosedError, StoreMisconfiguredErr
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import HeaderInit
 from dsh.testing.jsonl_writer import frame_spans
-from dsh.testing.stored_logs import append_closed_turn, append_note
-from tests.persistence.jsonl_helpers import closed_records, make_backend, make_writer, running, stored_header
-
-
-@pytest.fixture(params=["zstd", "none"])
-def compression(request: pytest.FixtureRequest) -> str:
-    """Both encodings."""
-    return str(request.param)
+from dsh.testing.stored_logs import append_closed_turn, append_note, stored_header
+from tests.persistence.helpers import closed_records, make_backend, make_writer, running
 
 
 def _files(root: Path) -> list[Path]:
     return sorted(path for path in root.rglob("*") if path.is_file())
 
 
-async def test_37_flushed_session_lands_at_the_encoded_path(tmp_path: Path, compression: str) -> None:
-    """(02 #37) id `a/b c~` with cwd `/srv/x y` is stored at the escaped project/id path."""
+async def test_flushed_session_lands_at_the_escaped_path(tmp_path: Path, compression: str) -> None:
+    """id `a/b c~` with cwd `/srv/x y` is stored at the escaped project/id path."""
     root = tmp_path / "sessions"
     async with running(make_backend(root, compression)) as (coordinator, store):
         session = store.create("a/b c~", header=HeaderInit(cwd="/srv/x y"))
@@ -43,8 +41,8 @@ async def test_37_flushed_session_lands_at_the_encoded_path(tmp_path: Path, comp
         assert coordinator.locate(session.header) == str(expected / name)
 
 
-async def test_37_traversal_id_and_no_cwd(tmp_path: Path) -> None:
-    """(02 #37) id `..` without cwd is stored under `_no-cwd/~002E~002E/` inside the root."""
+async def test_traversal_id_without_cwd_stays_inside_the_root(tmp_path: Path) -> None:
+    """id `..` without cwd is stored under `_no-cwd/~002E~002E/` inside the root."""
     root = tmp_path / "sessions"
     async with running(make_backend(root, "zstd")) as (_, store):
         session = store.create("..")
@@ -54,8 +52,8 @@ async def test_37_traversal_id_and_no_cwd(tmp_path: Path) -> None:
     assert not (tmp_path / "session.jsonl.zstd").exists()
 
 
-async def test_38_lazy_materialization_and_one_frame_per_batch(tmp_path: Path) -> None:
-    """(02 #38) Nothing exists before the first flush; it writes two frames; each later batch adds one frame."""
+async def test_materializes_lazily_with_one_frame_per_batch(tmp_path: Path) -> None:
+    """Nothing exists before the first flush; it writes two frames; each later batch adds one frame."""
     root = tmp_path / "sessions"
     async with running(make_backend(root, "zstd")) as (_, store):
         session = store.create("s1", header=HeaderInit(cwd="/w"))
@@ -79,8 +77,8 @@ async def test_38_lazy_materialization_and_one_frame_per_batch(tmp_path: Path) -
             assert len(frame_spans(after)) == len(frame_spans(before)) + 1
 
 
-async def test_38_raw_batches_only_append_lines(tmp_path: Path) -> None:
-    """(02 #38, raw) The first flush writes the header line plus the batch; later batches only append lines."""
+async def test_raw_batches_only_append_lines(tmp_path: Path) -> None:
+    """Plain JSONL: the first flush writes the header line plus the batch; later batches only append lines."""
     root = tmp_path / "sessions"
     async with running(make_backend(root, "none")) as (_, store):
         session = store.create("s1")
@@ -96,8 +94,8 @@ async def test_38_raw_batches_only_append_lines(tmp_path: Path) -> None:
         assert after.count(b"\n") == 1 + 12
 
 
-async def test_39_standard_multi_frame_stream_and_key_order(tmp_path: Path) -> None:
-    """(02 #39) `zstandard` with `read_across_frames=True` decodes the file; the header keeps upstream order."""
+async def test_standard_decoder_reads_the_multi_frame_file(tmp_path: Path) -> None:
+    """`zstandard` with `read_across_frames=True` decodes the file; the header keeps upstream order."""
     root = tmp_path / "sessions"
     async with running(make_backend(root, "zstd")) as (_, store):
         session = store.create("s1", header=HeaderInit(cwd="/w", agent_preset="coder"))

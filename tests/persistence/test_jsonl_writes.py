@@ -1,4 +1,8 @@
-"""JSONL writes: atomic materialization, all-or-nothing appends with rollback, seq checks, repairs (02 #46, #47)."""
+"""JSONL writes: atomic materialization, all-or-nothing appends with rollback, seq checks, repairs.
+
+A batch either lands whole or leaves the file as it was, so a retry never stores a seq twice
+(docs/storage-format.md#durability, docs/storage-format.md#torn-tails-and-repair).
+"""
 
 from __future__ import annotations
 
@@ -22,21 +26,8 @@ from dsh.persistence.errors import (
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import HeaderInit, SessionEvent, SessionStore
 from dsh.testing.faulty import FaultyBackend
-from dsh.testing.stored_logs import append_closed_turn, append_note
-from tests.persistence.jsonl_helpers import (
-    closed_records,
-    make_backend,
-    make_writer,
-    open_step_records,
-    running,
-    stored_header,
-)
-
-
-@pytest.fixture(params=["zstd", "none"])
-def compression(request: pytest.FixtureRequest) -> str:
-    """Both encodings."""
-    return str(request.param)
+from dsh.testing.stored_logs import append_closed_turn, append_note, stored_header
+from tests.persistence.helpers import closed_records, make_backend, make_writer, open_step_records, running
 
 
 def _events(records: list[dict[str, Any]]) -> list[SessionEvent]:
@@ -56,8 +47,8 @@ def _temps(root: Path) -> list[Path]:
     return list(root.rglob("*.tmp"))
 
 
-async def test_46_concurrent_materializations_one_wins(tmp_path: Path, compression: str) -> None:
-    """(02 #46) Two concurrent materializations: one wins, the other gets `SESSION_ALREADY_EXISTS`, no temp left."""
+async def test_concurrent_materializations_one_wins(tmp_path: Path, compression: str) -> None:
+    """Two concurrent materializations: one wins, the other gets `SESSION_ALREADY_EXISTS`, no temp left."""
     root = tmp_path / "sessions"
     header = FrozenDict(stored_header("s1", cwd="/w"))
     events = _events(closed_records(1))
@@ -88,10 +79,8 @@ async def test_materialize_refuses_an_id_stored_elsewhere(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("kind", ["partial", "sync"])
-async def test_47_failed_append_rolls_back_and_retry_has_no_duplicate(
-    tmp_path: Path, compression: str, kind: str
-) -> None:
-    """(02 #47) A write or fsync failure mid-append restores the previous size; the retry stores each seq once."""
+async def test_failed_append_rolls_back_and_retry_has_no_duplicate(tmp_path: Path, compression: str, kind: str) -> None:
+    """A write or fsync failure mid-append restores the previous size; the retry stores each seq once."""
     root = tmp_path / "sessions"
     faulty = FaultyBackend(make_backend(root, compression))
     async with running(faulty) as (_, store):
@@ -113,8 +102,8 @@ async def test_47_failed_append_rolls_back_and_retry_has_no_duplicate(
         assert _seqs(path, compression) == list(range(12))
 
 
-async def test_47_failed_rollback_names_the_path(tmp_path: Path, compression: str) -> None:
-    """(02 #47) When the rollback fails too, `PersistenceIOError` names the artifact; prepare later repairs the tail."""
+async def test_failed_rollback_names_the_path(tmp_path: Path, compression: str) -> None:
+    """When the rollback fails too, `PersistenceIOError` names the artifact; prepare later repairs the tail."""
     root = tmp_path / "sessions"
     faulty = FaultyBackend(make_backend(root, compression))
     store = SessionStore()
@@ -161,8 +150,8 @@ async def test_failed_materialization_leaves_nothing(tmp_path: Path, compression
     assert await backend.exists("s1")
 
 
-async def test_16_seq_mismatch_is_refused_before_writing(tmp_path: Path, compression: str) -> None:
-    """(02 #16) A batch not starting at the stored next seq is `APPEND_SEQ_MISMATCH`; the revision is unchanged."""
+async def test_seq_mismatch_is_refused_before_writing(tmp_path: Path, compression: str) -> None:
+    """A batch not starting at the stored next seq is `APPEND_SEQ_MISMATCH`; the revision is unchanged."""
     root = tmp_path / "sessions"
     backend = make_backend(root, compression)
     header = FrozenDict(stored_header("s1"))

@@ -1,4 +1,4 @@
-"""The shared persistence conformance suite (02 §9 #1 to #36) against the memory backend."""
+"""The shared persistence conformance suite (`dsh.testing.persistence`) run against the memory backend."""
 
 from __future__ import annotations
 

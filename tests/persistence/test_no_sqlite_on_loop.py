@@ -1,10 +1,13 @@
-"""No `sqlite3` call ever runs on the event loop (02 §7.4, #51).
+"""No `sqlite3` call ever runs on the event loop.
 
+A blocking database call on the loop thread would stall every other task, so the SQLite backend
+does all its database work on worker threads (docs/architecture.md#threads-and-the-event-loop).
 `SqliteLoopGuard` profiles the loop thread and records every call into the `sqlite3` driver made
-while an event loop runs there. Every SQLite test module (these, `test_sqlite_*.py` and the SQLite
-conformance suite) installs it as an autouse fixture and fails on any recorded call, so the whole
-SQLite suite doubles as the detector's workload. This module proves the detector is real (it
-catches a call on the loop and nothing else) and runs one full backend lifecycle under it.
+while an event loop runs there. The suite-wide guard in `tests/conftest.py` watches library code in
+every test; the SQLite test modules and the SQLite conformance suite add the stricter
+`strict_sqlite_guard` fixture, so the whole SQLite suite doubles as the detector's workload. This
+module proves the detector is real (it catches a call on the loop and nothing else) and runs one
+full backend lifecycle under it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ def header(session_id: str) -> FrozenDict:
     return FrozenDict({"type": "session", "version": 0, "id": session_id, "createdAt": 1, "delegationDepth": 0})
 
 
-async def test_51_guard_records_each_sqlite_call_made_on_the_loop() -> None:
-    """A connect, execute, fetch and close made on the loop are each recorded and assert_clean fails (02 #51)."""
+async def test_guard_records_each_sqlite_call_made_on_the_loop() -> None:
+    """A connect, execute, fetch and close made on the loop are each recorded and assert_clean fails."""
     with SqliteLoopGuard() as guard:
         conn = sqlite3.connect(":memory:")
         conn.execute("SELECT 1").fetchall()
@@ -41,8 +44,8 @@ async def test_51_guard_records_each_sqlite_call_made_on_the_loop() -> None:
 
 
 @pytest.mark.sqlite_on_loop_on_purpose
-async def test_51_guard_catches_a_call_hidden_inside_library_code_on_the_loop(tmp_path: Path) -> None:
-    """A blocking call buried in a helper that runs on the loop is caught, not only direct calls (02 #51)."""
+async def test_guard_catches_a_call_hidden_inside_library_code_on_the_loop(tmp_path: Path) -> None:
+    """A blocking call buried in a helper that runs on the loop is caught, not only direct calls."""
     writer = SqliteStoredLogWriter(tmp_path / "s.sqlite3")
     with SqliteLoopGuard() as guard:
         writer._in_thread(lambda conn: conn.execute("SELECT 1").fetchall())  # deliberately on the loop
@@ -50,8 +53,8 @@ async def test_51_guard_catches_a_call_hidden_inside_library_code_on_the_loop(tm
     assert any("sqlite_writer.py" in violation for violation in guard.violations)
 
 
-async def test_51_guard_ignores_worker_threads() -> None:
-    """Calls on worker threads, where blocking is allowed, are not recorded (02 #51)."""
+async def test_guard_ignores_worker_threads() -> None:
+    """Calls on worker threads, where blocking is allowed, are not recorded."""
 
     def work() -> list[tuple[int]]:
         conn = sqlite3.connect(":memory:")
@@ -65,15 +68,15 @@ async def test_51_guard_ignores_worker_threads() -> None:
     guard.assert_clean()
 
 
-def test_51_guard_ignores_a_thread_with_no_running_loop() -> None:
-    """Synchronous code outside any event loop (a sync test, a CLI) may call sqlite3 freely (02 #51)."""
+def test_guard_ignores_a_thread_with_no_running_loop() -> None:
+    """Synchronous code outside any event loop (a sync test, a CLI) may call sqlite3 freely."""
     with SqliteLoopGuard() as guard:
         sqlite3.connect(":memory:").close()
     guard.assert_clean()
 
 
-def test_51_guard_restores_the_previous_profiler() -> None:
-    """Leaving the guard reinstates whatever profiler was active, so guards nest (02 #51)."""
+def test_guard_restores_the_previous_profiler() -> None:
+    """Leaving the guard reinstates whatever profiler was active, so guards nest."""
     before = sys.getprofile()
     with SqliteLoopGuard() as outer:
         with SqliteLoopGuard():
@@ -82,8 +85,8 @@ def test_51_guard_restores_the_previous_profiler() -> None:
     assert sys.getprofile() is before
 
 
-async def test_51_whole_backend_lifecycle_makes_no_sqlite_call_on_the_loop(tmp_path: Path) -> None:
-    """Open, every read and write, locks, the fixture writer and close run no sqlite3 call on the loop (02 #51)."""
+async def test_whole_backend_lifecycle_makes_no_sqlite_call_on_the_loop(tmp_path: Path) -> None:
+    """Open, every read and write, locks, the fixture writer and close run no sqlite3 call on the loop."""
     path = tmp_path / "sessions.sqlite3"
     writer = SqliteStoredLogWriter(path)
     with SqliteLoopGuard() as guard:

@@ -1,4 +1,8 @@
-"""SQLite backend operations: round trips, revisions, appends, corruption, typed reads, locks (02 §7.3, #50)."""
+"""SQLite backend operations: round trips, revisions, appends, corruption, typed reads, locks.
+
+The backend is driven directly (no coordinator); raw connections look at the rows it leaves
+(docs/storage-format.md#sqlite-schema).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,9 @@ import math
 import re
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 import pytest
@@ -28,17 +32,11 @@ from dsh.persistence.errors import (
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.events import KNOWN_EVENT_TYPES, SessionEvent, make_event
 from dsh.session.header import SessionHeader, SessionId
-from dsh.testing.sqlite_writer import RawText, SqliteLoopGuard, SqliteStoredLogWriter
+from dsh.testing.sqlite_writer import RawText, SqliteStoredLogWriter
+from tests.helpers import examples
+from tests.persistence.helpers import raw_sql
 
-T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def no_sqlite_on_loop() -> Iterator[None]:
-    """Fail the test if any sqlite3 call ran on the event loop (02 #51)."""
-    with SqliteLoopGuard() as guard:
-        yield
-    guard.assert_clean()
+pytestmark = pytest.mark.usefixtures("strict_sqlite_guard")
 
 
 @pytest.fixture
@@ -58,19 +56,6 @@ async def backend(path: Path) -> AsyncIterator[SqliteBackend]:
 def writer(path: Path) -> SqliteStoredLogWriter:
     """The fixture writer over `path`."""
     return SqliteStoredLogWriter(path)
-
-
-async def raw(path: Path, work: Callable[[sqlite3.Connection], T]) -> T:
-    """Run `work` on a private autocommit connection in a worker thread."""
-
-    def run() -> T:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            return work(conn)
-        finally:
-            conn.close()
-
-    return await asyncio.to_thread(run)
 
 
 def stored_header(
@@ -119,7 +104,7 @@ async def test_data_column_holds_the_exact_orjson_text_and_loads_back_byte_ident
         for i, data in enumerate(payloads)
     ]
     await backend.append_batch(stored_header(), events, materialized=False, fence=None)
-    columns = await raw(path, lambda conn: conn.execute("SELECT data FROM events ORDER BY seq").fetchall())
+    columns = await raw_sql(path, lambda conn: conn.execute("SELECT data FROM events ORDER BY seq").fetchall())
     assert [text for (text,) in columns] == [orjson.dumps(event["data"]).decode() for event in events]
     log = await backend.load("s1")
     assert log is not None
@@ -139,7 +124,7 @@ _JSON = st.recursive(
 )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(payload=st.dictionaries(st.text(), _JSON, max_size=5))
 def test_any_json_payload_round_trips_byte_identically(payload: dict[str, Any]) -> None:
     """Property: for any lossless JSON object, the stored column and the reloaded data are the original orjson bytes."""
@@ -219,7 +204,7 @@ async def test_header_record_is_rebuilt_in_upstream_key_order(backend: SqliteBac
     by_id = {record["id"]: record for record, _ in rows}
     assert list(by_id["child"].items()) == list(full.items())
     assert list(by_id["plain"]) == ["type", "version", "id", "createdAt", "delegationDepth"]
-    seed_columns = await raw(path, lambda conn: conn.execute("SELECT id, seed_length FROM sessions").fetchall())
+    seed_columns = await raw_sql(path, lambda conn: conn.execute("SELECT id, seed_length FROM sessions").fetchall())
     assert dict(seed_columns) == {"child": 3, "plain": 0}
     log = await backend.load("child")
     assert log is not None
@@ -550,14 +535,14 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 async def explain(path: Path, sql: str) -> str:
     """The EXPLAIN QUERY PLAN details of `sql`, joined."""
-    rows = await raw(path, lambda conn: conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall())
+    rows = await raw_sql(path, lambda conn: conn.execute("EXPLAIN QUERY PLAN " + sql).fetchall())
     return " | ".join(str(row[3]) for row in rows)
 
 
-async def test_50_typed_reads_and_parent_listings_use_their_indexes(
+async def test_typed_reads_and_parent_listings_use_their_indexes(
     path: Path, writer: SqliteStoredLogWriter, statements: list[str]
 ) -> None:
-    """A typed read's and a parent listing's statements are planned on events_by_type / sessions_by_parent (02 #50)."""
+    """A typed read's and a parent listing's statements are planned on events_by_type / sessions_by_parent."""
     async with SqliteBackend(path) as backend:
         await writer.write("s1", stored_header(), descriptor_log())
         await materialize(backend, "child", parent="s1")
@@ -639,7 +624,7 @@ def test_backend_declares_typed_reads_and_has_no_artifact_paths() -> None:
 async def test_driver_errors_are_translated_to_persistence_io(backend: SqliteBackend, path: Path) -> None:
     """A driver error (a table dropped behind the backend's back) surfaces as PERSISTENCE_IO with its cause."""
     await materialize(backend)
-    await raw(path, lambda conn: conn.execute("DROP TABLE events"))
+    await raw_sql(path, lambda conn: conn.execute("DROP TABLE events"))
     with pytest.raises(PersistenceIOError) as caught:
         await backend.load("s1")
     assert caught.value.code == "PERSISTENCE_IO"

@@ -1,11 +1,15 @@
-"""SQLite backend under write-lock contention: busy timeout and the PERSISTENCE_IO mapping (02 #52)."""
+"""SQLite backend under write-lock contention: busy timeout and the PERSISTENCE_IO mapping.
+
+Another connection holds the database write lock; an append waits up to the busy timeout, then
+fails as `PERSISTENCE_IO` with nothing written (docs/storage-format.md#sqlite-pragmas).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +19,12 @@ from dsh.json import FrozenDict, freeze
 from dsh.persistence.errors import PersistenceIOError
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.events import SessionEvent, make_event
-from dsh.testing.sqlite_writer import SqliteLoopGuard
 
 HANG_GUARD_S = 30.0
 """Only guards against hangs; every wait below ends on an event long before."""
 
 
-@pytest.fixture(autouse=True)
-def no_sqlite_on_loop() -> Iterator[None]:
-    """Fail the test if any sqlite3 call ran on the event loop (02 #51)."""
-    with SqliteLoopGuard() as guard:
-        yield
-    guard.assert_clean()
+pytestmark = pytest.mark.usefixtures("strict_sqlite_guard")
 
 
 class LockHolder:
@@ -80,15 +78,15 @@ def path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def impatient(path: Path) -> AsyncIterator[SqliteBackend]:
-    """An open backend with the 50 ms busy timeout the spec's tests use."""
+    """An open backend with a 50 ms busy timeout, so a held write lock fails an append quickly."""
     async with SqliteBackend(path, busy_timeout_ms=50) as backend:
         yield backend
 
 
-async def test_52_append_while_another_connection_keeps_the_write_lock_is_persistence_io(
+async def test_append_while_another_connection_keeps_the_write_lock_is_persistence_io(
     impatient: SqliteBackend, path: Path
 ) -> None:
-    """busy_timeout_ms=50 and the write lock held elsewhere: an append is PERSISTENCE_IO and writes nothing (02 #52)."""
+    """busy_timeout_ms=50 and the write lock held elsewhere: an append is PERSISTENCE_IO and writes nothing."""
     await impatient.append_batch(header(), events(), materialized=False, fence=None)
     before = await impatient.read_revision("s1")
     async with LockHolder(path):
@@ -107,18 +105,18 @@ async def test_52_append_while_another_connection_keeps_the_write_lock_is_persis
     await impatient.append_batch(header(), events(2), materialized=True, fence=None)
 
 
-async def test_52_materialization_under_a_held_lock_fails_cleanly(impatient: SqliteBackend, path: Path) -> None:
-    """A first batch that cannot get the write lock is PERSISTENCE_IO and nothing is materialized (02 #52)."""
+async def test_materialization_under_a_held_lock_fails_cleanly(impatient: SqliteBackend, path: Path) -> None:
+    """A first batch that cannot get the write lock is PERSISTENCE_IO and nothing is materialized."""
     async with LockHolder(path):
         with pytest.raises(PersistenceIOError):
             await impatient.append_batch(header(), events(), materialized=False, fence=None)
     assert not await impatient.exists("s1")
 
 
-async def test_52_append_waiting_on_the_lock_succeeds_once_it_is_released(
+async def test_append_waiting_on_the_lock_succeeds_once_it_is_released(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the default busy timeout, an append that began while the lock was held completes after release (02 #52)."""
+    """With the default busy timeout, an append that began while the lock was held completes after release."""
     # Observe connections starting a BEGIN IMMEDIATE: SQLite reports a statement to the trace
     # callback when it starts running, before it waits for the lock.
     armed, began = threading.Event(), threading.Event()

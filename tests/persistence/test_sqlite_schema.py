@@ -1,13 +1,16 @@
-"""SQLite backend: schema, connection pragmas, open checks and location safety (02 §7.1-§7.2, #49)."""
+"""SQLite backend: schema, connection pragmas, open checks and location safety.
+
+A store file is adopted only when it is exactly ours; anything else is refused untouched
+(docs/storage-format.md#sqlite-schema, docs/storage-format.md#sqlite-pragmas).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -17,30 +20,9 @@ from dsh.persistence.errors import PersistenceClosedError, StoreFormatUnsupporte
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.persistence.sqlite_schema import APPLICATION_ID, USER_VERSION
 from dsh.session.events import make_event
-from dsh.testing.sqlite_writer import SqliteLoopGuard
+from tests.persistence.helpers import raw_sql
 
-T = TypeVar("T")
-
-
-@pytest.fixture(autouse=True)
-def no_sqlite_on_loop() -> Iterator[None]:
-    """Fail the test if any sqlite3 call ran on the event loop (02 #51)."""
-    with SqliteLoopGuard() as guard:
-        yield
-    guard.assert_clean()
-
-
-async def raw(path: Path, work: Callable[[sqlite3.Connection], T]) -> T:
-    """Run `work` on a private autocommit connection in a worker thread."""
-
-    def run() -> T:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            return work(conn)
-        finally:
-            conn.close()
-
-    return await asyncio.to_thread(run)
+pytestmark = pytest.mark.usefixtures("strict_sqlite_guard")
 
 
 def header(session_id: str = "s1") -> FrozenDict:
@@ -54,8 +36,8 @@ async def store_one(backend: SqliteBackend, session_id: str = "s1") -> None:
     await backend.append_batch(header(session_id), [event], materialized=False, fence=None)
 
 
-async def test_49_new_file_reads_back_identity_strict_tables_and_pragmas(tmp_path: Path) -> None:
-    """A new file gets the application id, user version, STRICT tables, both indexes, WAL and FULL sync (02 #49)."""
+async def test_new_file_reads_back_identity_strict_tables_and_pragmas(tmp_path: Path) -> None:
+    """A new file gets the application id, user version, STRICT tables, both indexes, WAL and FULL sync."""
     path = tmp_path / "sessions.sqlite3"
     async with SqliteBackend(path) as backend:
         settings = await backend.connection_settings()
@@ -72,7 +54,7 @@ async def test_49_new_file_reads_back_identity_strict_tables_and_pragmas(tmp_pat
                 "store": conn.execute("SELECT singleton, store_id FROM store").fetchall(),
             }
 
-        found = await raw(path, inspect)
+        found = await raw_sql(path, inspect)
     assert found["application_id"] == APPLICATION_ID == 0x44535059
     assert found["user_version"] == USER_VERSION == 1
     assert found["journal_mode"] == "wal"
@@ -91,8 +73,8 @@ async def test_49_new_file_reads_back_identity_strict_tables_and_pragmas(tmp_pat
     assert [s["query_only"] for s in settings] == [0, 1, 1]
 
 
-async def test_49_upstream_dshp_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
-    """An upstream-style database (application id "DSHP", its own schema) is STORE_FORMAT_UNSUPPORTED (02 #49)."""
+async def test_upstream_dshp_database_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    """An upstream-style database (application id "DSHP", its own schema) is STORE_FORMAT_UNSUPPORTED."""
     path = tmp_path / "upstream.sqlite3"
 
     def build(conn: sqlite3.Connection) -> None:
@@ -100,23 +82,23 @@ async def test_49_upstream_dshp_database_is_refused_and_left_untouched(tmp_path:
         conn.execute("PRAGMA user_version=17")
         conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, header TEXT)")
 
-    await raw(path, build)
+    await raw_sql(path, build)
     os.chmod(path, 0o600)
     with pytest.raises(StoreFormatUnsupportedError) as caught:
         await SqliteBackend(path).open()
     assert caught.value.code == "STORE_FORMAT_UNSUPPORTED"
     assert "DSHP" in caught.value.message
-    tables = await raw(path, lambda conn: conn.execute("SELECT name FROM sqlite_schema").fetchall())
+    tables = await raw_sql(path, lambda conn: conn.execute("SELECT name FROM sqlite_schema").fetchall())
     assert tables == [("sessions",), ("sqlite_autoindex_sessions_1",)]
 
 
 @pytest.mark.parametrize("version", [0, 2, 17])
-async def test_49_unknown_user_version_is_refused(tmp_path: Path, version: int) -> None:
-    """A store with our application id but another user_version is STORE_FORMAT_UNSUPPORTED (02 #49)."""
+async def test_unknown_user_version_is_refused(tmp_path: Path, version: int) -> None:
+    """A store with our application id but another user_version is STORE_FORMAT_UNSUPPORTED."""
     path = tmp_path / "sessions.sqlite3"
     async with SqliteBackend(path):
         pass
-    await raw(path, lambda conn: conn.execute(f"PRAGMA user_version={version}"))
+    await raw_sql(path, lambda conn: conn.execute(f"PRAGMA user_version={version}"))
     with pytest.raises(StoreFormatUnsupportedError) as caught:
         await SqliteBackend(path).open()
     assert caught.value.code == "STORE_FORMAT_UNSUPPORTED"
@@ -126,7 +108,7 @@ async def test_49_unknown_user_version_is_refused(tmp_path: Path, version: int) 
 async def test_database_without_application_id_but_with_tables_is_refused(tmp_path: Path) -> None:
     """A non-empty database of another program (application id 0) is never adopted."""
     path = tmp_path / "other.sqlite3"
-    await raw(path, lambda conn: conn.execute("CREATE TABLE notes (body TEXT)"))
+    await raw_sql(path, lambda conn: conn.execute("CREATE TABLE notes (body TEXT)"))
     os.chmod(path, 0o600)
     with pytest.raises(StoreFormatUnsupportedError):
         await SqliteBackend(path).open()
@@ -146,7 +128,7 @@ async def test_schema_objects_differing_from_the_reference_are_refused(tmp_path:
     path = tmp_path / "sessions.sqlite3"
     async with SqliteBackend(path):
         pass
-    await raw(path, lambda conn: conn.execute(drift))
+    await raw_sql(path, lambda conn: conn.execute(drift))
     with pytest.raises(StoreFormatUnsupportedError):
         await SqliteBackend(path).open()
 
@@ -172,7 +154,7 @@ async def test_two_instances_opening_one_new_file_initialise_it_once(tmp_path: P
     try:
         await store_one(first)
         assert await first.read_revision("s1") == await second.read_revision("s1")
-        rows = await raw(path, lambda conn: conn.execute("SELECT count(*) FROM store").fetchone())
+        rows = await raw_sql(path, lambda conn: conn.execute("SELECT count(*) FROM store").fetchone())
         assert rows == (1,)
     finally:
         await first.close()

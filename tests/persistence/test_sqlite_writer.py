@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +13,12 @@ import pytest
 
 from dsh.persistence.errors import SessionCorruptionError
 from dsh.persistence.sqlite import SqliteBackend
-from dsh.testing.sqlite_writer import RawText, SqliteLoopGuard, SqliteStoredLogWriter
+from dsh.testing.sqlite_writer import RawText, SqliteStoredLogWriter
 
 HEADER: dict[str, Any] = {"type": "session", "version": 0, "id": "s1", "createdAt": 10, "delegationDepth": 0}
 
 
-@pytest.fixture(autouse=True)
-def no_sqlite_on_loop() -> Iterator[None]:
-    """Fail the test if any sqlite3 call ran on the event loop (02 #51)."""
-    with SqliteLoopGuard() as guard:
-        yield
-    guard.assert_clean()
+pytestmark = pytest.mark.usefixtures("strict_sqlite_guard")
 
 
 @pytest.fixture

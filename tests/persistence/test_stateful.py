@@ -37,6 +37,7 @@ from dsh.session.session import Session
 from dsh.session.store import SessionStore
 from dsh.testing.stored_logs import StepClock, append_closed_turn, append_note, append_open_step
 from dsh.testing.timer import ManualTimer
+from tests.helpers import examples
 
 T = TypeVar("T")
 
@@ -74,7 +75,7 @@ BACKENDS: dict[str, tuple[BackendFactory, int]] = {
     "jsonl-raw": (_jsonl("none"), 20),
     "sqlite": (_sqlite, 20),
 }
-"""Backend name -> (factory given a fresh directory, number of hypothesis examples)."""
+"""Backend name -> (factory given a fresh directory, full number of hypothesis examples, see `examples`)."""
 
 _TYPES = ("turn/start", "turn/end", "session/title", "session/end-seed", "user/message", "step/end")
 
@@ -320,14 +321,14 @@ class PersistenceModel(RuleBasedStateMachine):
 @pytest.mark.parametrize("name", list(BACKENDS))
 def test_backend_matches_the_memory_model(name: str) -> None:
     """Random operation sequences on the backend agree with the in-memory reference backend."""
-    factory, examples = BACKENDS[name]
+    factory, full_examples = BACKENDS[name]
     if name != "memory":
         factory(Path(tempfile.gettempdir()))  # skips cleanly when the backend module does not exist yet
     machine = type(f"Model_{name.replace('-', '_')}", (PersistenceModel,), {"factory": staticmethod(factory)})
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=examples,
+            max_examples=examples(full_examples),
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -1,8 +1,9 @@
-"""`cold_snapshot`: anchored tail reads, one full-read fallback, write-back rules, aborts (03 §3.3; §5 #36-#43).
+"""`cold_snapshot`: anchored tail reads, one full-read fallback, write-back rules and aborts.
 
 Reads are counted with a spy persistence: a cold fold reads exactly the tail from `restore_floor`
 and falls back to exactly one full read; the write-back never targets a live id, keeps the stored
-rows of unselected keys and replaces a mismatching identity.
+rows of unselected keys and replaces a mismatching identity. See
+docs/projections.md#checkpoints-and-cold-restore.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dsh.projection import ProjectionError
 from dsh.projection.cache_storage import CacheIdentity
 from dsh.session import Session, SessionId
 from dsh.testing.stored_logs import BASE_TIME_MS
-from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
+from tests.projection.helpers import CacheStack
 
 LOGGER = "dsh.projection.cache"
 ID = SessionId("c")
@@ -40,8 +41,8 @@ def _row(seq: int, n: int, ver: int = 1) -> dict:
     return {"ver": ver, "seq": seq, "val": {"n": n}}
 
 
-async def test_36_a_record_at_seq_1_reads_only_the_anchored_tail(stack: CacheStack, counter, emit):
-    """(03 #36) Persistence sees `read_events(id, from_seq=1)` only; the fold reaches seq 3 and the row advances."""
+async def test_a_record_at_seq_1_reads_only_the_anchored_tail(stack: CacheStack, counter, emit):
+    """Persistence sees `read_events(id, from_seq=1)` only; the fold reaches seq 3 and the row advances."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(1, 1)})
@@ -57,8 +58,8 @@ async def test_36_a_record_at_seq_1_reads_only_the_anchored_tail(stack: CacheSta
     assert record.identity == CacheIdentity(BASE_TIME_MS, None, 0)
 
 
-async def test_36_a_current_record_replays_nothing_new(stack: CacheStack, counter, emit):
-    """(03 #36) A record already at the log end reads from one below it (the anchor) and folds no event."""
+async def test_a_current_record_replays_nothing_new(stack: CacheStack, counter, emit):
+    """A record already at the log end reads from one below it (the anchor) and folds no event."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(3, 3)})
@@ -71,8 +72,8 @@ async def test_36_a_current_record_replays_nothing_new(stack: CacheStack, counte
     assert snapshot.get("counter") == {"n": 3}
 
 
-async def test_37_a_version_mismatched_row_reads_once_from_zero(stack: CacheStack, counter, emit):
-    """(03 #37) A row of another state version cannot seed the fold: exactly one read, from seq 0."""
+async def test_a_version_mismatched_row_reads_once_from_zero(stack: CacheStack, counter, emit):
+    """A row of another state version cannot seed the fold: exactly one read, from seq 0."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(1, 1, ver=2)})
@@ -91,10 +92,10 @@ async def test_37_a_version_mismatched_row_reads_once_from_zero(stack: CacheStac
     [(_row(9, 7), 9), ({"ver": 1, "seq": 1, "val": {"n": "one"}}, 1)],
     ids=["beyond-the-stored-end", "schema-invalid"],
 )
-async def test_38_an_unusable_row_costs_one_tail_read_then_one_full_read(
+async def test_an_unusable_row_costs_one_tail_read_then_one_full_read(
     stack: CacheStack, counter, emit, row: dict, floor: int
 ):
-    """(03 #38) A row past the log end or failing `state_schema`: the anchored tail read, one full read, right value."""
+    """A row past the log end or failing `state_schema`: the anchored tail read, one full read, right value."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": row})
@@ -109,8 +110,8 @@ async def test_38_an_unusable_row_costs_one_tail_read_then_one_full_read(
     assert record.rows["counter"] == _row(3, 3)
 
 
-async def test_39_a_failing_write_back_still_returns_the_snapshot(stack: CacheStack, counter, emit, caplog):
-    """(03 #39) The write-back is fail-soft: the snapshot is returned and the pinned warning is logged."""
+async def test_a_failing_write_back_still_returns_the_snapshot(stack: CacheStack, counter, emit, caplog):
+    """The write-back is fail-soft: the snapshot is returned and the exact warning is logged."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     stack.storage.fail_puts.append(OSError("disk full"))
@@ -125,8 +126,8 @@ async def test_39_a_failing_write_back_still_returns_the_snapshot(stack: CacheSt
     )
 
 
-async def test_40_an_absent_log_is_not_found(stack: CacheStack, counter):
-    """(03 #40) No stored log: persistence's not-found error propagates unchanged, and nothing is written."""
+async def test_an_absent_log_is_not_found(stack: CacheStack, counter):
+    """No stored log: persistence's not-found error propagates unchanged, and nothing is written."""
     stack.register(counter)
 
     with pytest.raises(SessionNotFoundError) as caught:
@@ -135,15 +136,15 @@ async def test_40_an_absent_log_is_not_found(stack: CacheStack, counter):
     assert stack.storage.puts == 0
 
 
-async def test_40_an_absent_log_is_not_found_with_zero_units(stack: CacheStack):
-    """(03 #40) With no unit registered the existence probe still reports not-found."""
+async def test_an_absent_log_is_not_found_with_zero_units(stack: CacheStack):
+    """With no unit registered the existence probe still reports not-found."""
     with pytest.raises(SessionNotFoundError):
         await stack.cache.cold_snapshot(ID)
     assert stack.persistence.reads_of(ID) == [0]
 
 
-async def test_40_zero_units_over_an_empty_log_is_minus_one(stack: CacheStack):
-    """(03 #40) An empty stored log with no unit registered gives `(-1, {})`."""
+async def test_zero_units_over_an_empty_log_is_minus_one(stack: CacheStack):
+    """An empty stored log with no unit registered gives `(-1, {})`."""
     await stack.store_log(ID, lambda session: None)
 
     snapshot = await stack.cache.cold_snapshot(ID)
@@ -153,8 +154,8 @@ async def test_40_zero_units_over_an_empty_log_is_minus_one(stack: CacheStack):
     assert stack.storage.puts == 0
 
 
-async def test_40_zero_units_over_a_log_is_its_last_seq(stack: CacheStack, counter, emit):
-    """(03 #40) A present log with no selected unit registered gives its last seq and no values."""
+async def test_zero_units_over_a_log_is_its_last_seq(stack: CacheStack, counter, emit):
+    """A present log with no selected unit registered gives its last seq and no values."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
 
@@ -169,10 +170,10 @@ async def test_40_zero_units_over_a_log_is_its_last_seq(stack: CacheStack, count
 @pytest.mark.parametrize(
     "identity", [{"created_at": BASE_TIME_MS + 1}, {"cut": 2}, {"cwd": "/w"}], ids=["createdAt", "cut", "cwd"]
 )
-async def test_41_a_record_of_another_lifecycle_is_discarded_and_replaced(
+async def test_a_record_of_another_lifecycle_is_discarded_and_replaced(
     stack: CacheStack, counter, hostonly, emit, identity: dict
 ):
-    """(03 #41) A record of another createdAt, cut or cwd is discarded; the write-back stores the log's identity."""
+    """A record of another createdAt, cut or cwd is discarded; the write-back stores the log's identity."""
     stack.register(counter, hostonly)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(2, 50), "hostonly": _row(2, 50)}, **identity)
@@ -187,8 +188,8 @@ async def test_41_a_record_of_another_lifecycle_is_discarded_and_replaced(
     assert record.rows == {"counter": _row(3, 3)}  # the other lifecycle's hostonly row is not kept
 
 
-async def test_41_a_mismatch_at_floor_zero_folds_the_tail_without_a_second_read(stack: CacheStack, counter, emit):
-    """(03 #41) With floor 0 the tail already is the whole log: an identity mismatch costs no second read."""
+async def test_a_mismatch_at_floor_zero_folds_the_tail_without_a_second_read(stack: CacheStack, counter, emit):
+    """With floor 0 the tail already is the whole log: an identity mismatch costs no second read."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(0, 40)}, created_at=BASE_TIME_MS + 5)
@@ -199,8 +200,8 @@ async def test_41_a_mismatch_at_floor_zero_folds_the_tail_without_a_second_read(
     assert snapshot.get("counter") == {"n": 3}
 
 
-async def test_42_a_live_id_is_never_written_back(stack: CacheStack, counter, emit):
-    """(03 #42) When the id is live in this store the cold read writes nothing back."""
+async def test_a_live_id_is_never_written_back(stack: CacheStack, counter, emit):
+    """When the id is live in this store the cold read writes nothing back."""
     stack.register(counter)
     live = stack.store.create("l")
     emit.user(live)
@@ -212,8 +213,8 @@ async def test_42_a_live_id_is_never_written_back(stack: CacheStack, counter, em
     assert stack.storage.puts == 0
 
 
-async def test_43_rows_of_unselected_registered_keys_are_kept(stack: CacheStack, counter, hostonly, emit):
-    """(03 #43) `cold_snapshot(id, ["counter"])` refreshes counter and keeps the stored hostonly row as it was."""
+async def test_rows_of_unselected_registered_keys_are_kept(stack: CacheStack, counter, hostonly, emit):
+    """`cold_snapshot(id, ["counter"])` refreshes counter and keeps the stored hostonly row as it was."""
     stack.register(counter, hostonly)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(1, 1), "hostonly": _row(1, 2), "gone": _row(1, 1)})
@@ -228,7 +229,7 @@ async def test_43_rows_of_unselected_registered_keys_are_kept(stack: CacheStack,
 
 
 async def test_a_unit_failure_propagates_without_a_reread(stack: CacheStack, bomb, emit):
-    """(03 §3.3 step 5) `PROJECTION_UNIT_FAILED` propagates after one read: re-reading cannot cure a unit."""
+    """`PROJECTION_UNIT_FAILED` propagates after one read: re-reading cannot cure a unit."""
     stack.register(bomb)
     await stack.store_log(ID, lambda session: (emit.user(session), emit.boom(session)))
 
@@ -240,7 +241,7 @@ async def test_a_unit_failure_propagates_without_a_reread(stack: CacheStack, bom
 
 
 async def test_a_storage_read_failure_is_a_logged_miss(stack: CacheStack, counter, emit, caplog):
-    """(03 §3.3 step 1) A failing record read is logged and treated as no record: one full read, then a write-back."""
+    """A failing record read is logged and treated as no record: one full read, then a write-back."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": _row(1, 1)})
@@ -256,7 +257,7 @@ async def test_a_storage_read_failure_is_a_logged_miss(stack: CacheStack, counte
 
 
 async def test_an_aborted_signal_reads_nothing(stack: CacheStack, counter, emit):
-    """(03 §3.3 step 7) A signal aborted before the call raises `AbortError` before any read."""
+    """A signal aborted before the call raises `AbortError` before any read."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
 
@@ -267,7 +268,7 @@ async def test_an_aborted_signal_reads_nothing(stack: CacheStack, counter, emit)
 
 
 async def test_an_abort_during_the_tail_read_stops_before_the_full_read(stack: CacheStack, counter, emit):
-    """(03 §3.3 step 7) Aborted during the anchored read: raised right after it, no full read, no write-back."""
+    """Aborted during the anchored read: raised right after it, no full read, no write-back."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     await stack.put_rows(ID, {"counter": {"ver": 1, "seq": 1, "val": {"n": "bad"}}})
@@ -281,7 +282,7 @@ async def test_an_abort_during_the_tail_read_stops_before_the_full_read(stack: C
 
 
 async def test_an_exception_reason_is_raised_itself(stack: CacheStack, counter, emit):
-    """(03 §3.3 step 7) When the abort reason is an exception, that exception is raised."""
+    """When the abort reason is an exception, that exception is raised."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     controller = AbortController()
@@ -294,7 +295,7 @@ async def test_an_exception_reason_is_raised_itself(stack: CacheStack, counter, 
 
 
 async def test_a_persistence_cancellation_surfaces_as_the_signal_abort(stack: CacheStack, counter, emit):
-    """(03 §3.3 step 7) A read that fails because the signal aborted raises through `throw_if_aborted`."""
+    """A read that fails because the signal aborted raises through `throw_if_aborted`."""
     stack.register(counter)
     await stack.store_log(ID, _four_events(emit))
     controller = AbortController()

@@ -1,7 +1,7 @@
-"""The write policy: `turn/end`, disposal, count and interval throttles, fail-soft writes, `aclose` (03 §3.4).
+"""The write policy: `turn/end`, disposal, count and interval throttles, fail-soft writes, `aclose`.
 
 The cache stack uses count throttle 3 and interval 250 ms on a `ManualTimer`, so time moves only when
-a test advances it (§5 #31, #32, #34, #35).
+a test advances it. See docs/projections.md#cache-write-policy.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
 from dsh.projection.cache_storage import MemoryCacheStorage
 from dsh.session import Session, SessionStore
 from dsh.testing.timer import ManualTimer
-from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
+from tests.projection.helpers import CacheStack, SpyStorage
 
 LOGGER = "dsh.projection.cache"
 
@@ -30,8 +30,8 @@ async def _seq_of(stack: CacheStack, session_id: str, key: str = "counter") -> i
     return None if record is None else record.rows[key]["seq"]
 
 
-async def test_31_turn_end_writes_exactly_one_record_at_the_turn_end_seq(stack: CacheStack, counter, emit):
-    """(03 #31) `turn/start` and `user/message` alone write nothing; `turn/end` writes one record at its seq."""
+async def test_turn_end_writes_exactly_one_record_at_the_turn_end_seq(stack: CacheStack, counter, emit):
+    """`turn/start` and `user/message` alone write nothing; `turn/end` writes one record at its seq."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.turn_start(session)
@@ -46,8 +46,8 @@ async def test_31_turn_end_writes_exactly_one_record_at_the_turn_end_seq(stack: 
     assert await _seq_of(stack, "s") == end.seq
 
 
-async def test_32_the_count_throttle_writes_at_the_third_event(stack: CacheStack, counter, emit):
-    """(03 #32) With count 3 two events write nothing and the third writes once (its armed timer is cancelled)."""
+async def test_the_count_throttle_writes_at_the_third_event(stack: CacheStack, counter, emit):
+    """With count 3 two events write nothing and the third writes once (its armed timer is cancelled)."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -63,8 +63,8 @@ async def test_32_the_count_throttle_writes_at_the_third_event(stack: CacheStack
     assert stack.timer.pending == 0
 
 
-async def test_32_the_interval_fires_at_250_ms_not_249(stack: CacheStack, counter, emit):
-    """(03 #32) One dirty event arms the timer: no write at 249 ms, one write at 250 ms."""
+async def test_the_interval_fires_at_250_ms_not_249(stack: CacheStack, counter, emit):
+    """One dirty event arms the timer: no write at 249 ms, one write at 250 ms."""
     stack.register(counter)
     session = stack.store.create("s")
     event = emit.user(session)
@@ -79,8 +79,8 @@ async def test_32_the_interval_fires_at_250_ms_not_249(stack: CacheStack, counte
     assert await _seq_of(stack, "s") == event.seq
 
 
-async def test_32_later_events_do_not_move_the_deadline(stack: CacheStack, counter, emit):
-    """(03 #32) An event at 100 ms neither re-arms nor delays the timer armed at 0 ms."""
+async def test_later_events_do_not_move_the_deadline(stack: CacheStack, counter, emit):
+    """An event at 100 ms neither re-arms nor delays the timer armed at 0 ms."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -99,7 +99,7 @@ async def test_32_later_events_do_not_move_the_deadline(stack: CacheStack, count
 
 
 async def test_the_first_dirty_event_after_a_clean_write_arms_a_fresh_timer(stack: CacheStack, counter, emit):
-    """(03 §3.4) After an interval write the next event arms a new window from its own time."""
+    """After an interval write the next event arms a new window from its own time."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -113,7 +113,7 @@ async def test_the_first_dirty_event_after_a_clean_write_arms_a_fresh_timer(stac
 
 
 async def test_turn_end_does_not_count_and_resets_the_counter(stack: CacheStack, counter, emit):
-    """(03 §3.4) `turn/end` writes without counting; the count restarts from zero after it."""
+    """`turn/end` writes without counting; the count restarts from zero after it."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -132,7 +132,7 @@ async def test_turn_end_does_not_count_and_resets_the_counter(stack: CacheStack,
 
 
 async def test_a_burst_of_events_queues_one_count_write(stack: CacheStack, counter, emit):
-    """(03 §3.4) Events that arrive while a policy write waits for its cut are covered by it: one write."""
+    """Events that arrive while a policy write waits for its cut are covered by it: one write."""
     stack.register(counter)
     session = stack.store.create("s")
     for _ in range(10):
@@ -145,7 +145,7 @@ async def test_a_burst_of_events_queues_one_count_write(stack: CacheStack, count
 
 
 async def test_disposal_writes_once_and_cancels_the_armed_timer(stack: CacheStack, counter, emit):
-    """(03 §3.4) `disposed` is a mandatory write; the dirty state and its timer go with it."""
+    """`disposed` is a mandatory write; the dirty state and its timer go with it."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -161,8 +161,8 @@ async def test_disposal_writes_once_and_cancels_the_armed_timer(stack: CacheStac
     assert stack.cache._dirty == {}
 
 
-async def test_34_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack, counter, emit, caplog):
-    """(03 #34) A failing put logs the pinned warning naming `turn-end` and the id; the next turn end heals."""
+async def test_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack, counter, emit, caplog):
+    """A failing put logs the exact warning naming `turn-end` and the id; the next turn end heals."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.fail_puts.append(OSError("disk full"))
@@ -193,7 +193,7 @@ async def test_34_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack
     ],
 )
 async def test_every_trigger_logs_its_failure(stack: CacheStack, counter, emit, caplog, trigger: str, act):
-    """(03 §3.4) Count, interval and dispose writes are fail-soft and log the pinned text with their trigger."""
+    """Count, interval and dispose writes are fail-soft and log the exact text with their trigger."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.fail_puts.append(OSError("boom"))
@@ -205,7 +205,7 @@ async def test_every_trigger_logs_its_failure(stack: CacheStack, counter, emit, 
 
 
 async def test_a_failed_flush_is_logged_and_the_next_write_heals(stack: CacheStack, counter, emit, caplog):
-    """(03 §3.4) A write whose durability step fails logs and stores nothing; the next turn end lands."""
+    """A write whose durability step fails logs and stores nothing; the next turn end lands."""
     stack.register(counter)
     session = stack.store.create("s")
     failures = [OSError("fsync failed")]
@@ -226,8 +226,8 @@ async def test_a_failed_flush_is_logged_and_the_next_write_heals(stack: CacheSta
     assert await _seq_of(stack, "s") == end.seq
 
 
-async def test_35_an_armed_timer_writes_nothing_after_aclose(stack: CacheStack, counter, emit):
-    """(03 #35) `aclose` cancels the armed timer: advancing past it afterwards writes nothing."""
+async def test_an_armed_timer_writes_nothing_after_aclose(stack: CacheStack, counter, emit):
+    """`aclose` cancels the armed timer: advancing past it afterwards writes nothing."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -245,7 +245,7 @@ async def test_35_an_armed_timer_writes_nothing_after_aclose(stack: CacheStack, 
 
 
 async def test_aclose_waits_for_an_in_flight_write(stack: CacheStack, counter, emit):
-    """(03 §3.4) A write already running when `aclose` starts still lands before the storage closes."""
+    """A write already running when `aclose` starts still lands before the storage closes."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.hold_puts()
@@ -267,9 +267,7 @@ async def test_aclose_waits_for_an_in_flight_write(stack: CacheStack, counter, e
 async def test_aclose_abandons_writes_past_the_timeout(
     store: SessionStore, registry: ProjectionRegistry, counter, emit, caplog
 ):
-    """(03 §3.4) Writes unfinished at `close_timeout_s` are cancelled with a warning; no task is left running."""
-    from tests.projection.cache_conftest import SpyStorage
-
+    """Writes unfinished at `close_timeout_s` are cancelled with a warning; no task is left running."""
     storage = SpyStorage(MemoryCacheStorage(), [])
     config = ProjectionCacheConfig(write_every_events=3, write_interval_ms=250, close_timeout_s=0.01)
     cache = await ProjectionCache.open(
@@ -301,7 +299,7 @@ async def test_aclose_abandons_writes_past_the_timeout(
 
 
 async def test_aclose_is_idempotent_and_closes_the_storage(stack: CacheStack, counter):
-    """(03 §3.4) A second `aclose` returns quietly; the storage is closed and refuses later calls."""
+    """A second `aclose` returns quietly; the storage is closed and refuses later calls."""
     stack.register(counter)
     await asyncio.gather(stack.cache.aclose(), stack.cache.aclose())
     await stack.cache.aclose()
@@ -312,7 +310,7 @@ async def test_aclose_is_idempotent_and_closes_the_storage(stack: CacheStack, co
 
 
 async def test_a_cancelled_aclose_still_stops_writes_and_closes_storage(stack: CacheStack, counter, emit):
-    """(03 §3.4) Cancelling `aclose` mid-wait cancels the writes and still closes the storage: no task is left."""
+    """Cancelling `aclose` mid-wait cancels the writes and still closes the storage: no task is left."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.hold_puts()
@@ -331,7 +329,7 @@ async def test_a_cancelled_aclose_still_stops_writes_and_closes_storage(stack: C
 
 
 async def test_disposal_after_aclose_writes_nothing(stack: CacheStack, counter, emit):
-    """(00 §3) Sessions disposed after the cache closed trigger no write (the close order prevents it)."""
+    """Sessions disposed after the cache closed trigger no write (the close order prevents it)."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -361,7 +359,7 @@ async def test_a_vetoed_publication_writes_nothing(stack: CacheStack, counter, e
 
 
 def test_appends_and_disposal_outside_a_loop_log_instead_of_leaking_coroutines(counter, emit, caplog):
-    """Policy triggers with no running loop log the pinned warning and leave no coroutine unawaited."""
+    """Policy triggers with no running loop log the exact warning and leave no coroutine unawaited."""
     store = SessionStore()
     registry = ProjectionRegistry(store)
     registry.register(counter.unit)
@@ -390,7 +388,7 @@ def test_appends_and_disposal_outside_a_loop_log_instead_of_leaking_coroutines(c
 
 
 def test_the_default_timer_outside_a_loop_logs_instead_of_raising(counter, emit, caplog):
-    """A dirty event with no running loop cannot arm the default timer: one pinned warning, the append is unaffected."""
+    """A dirty event with no running loop cannot arm the default timer: one exact warning, the append is unaffected."""
     store = SessionStore()
     registry = ProjectionRegistry(store)
     registry.register(counter.unit)

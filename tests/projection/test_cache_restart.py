@@ -1,9 +1,9 @@
-"""A full close in the 00 §3 order leaves a cache that a new process serves from (03 §3.4, 00 §3).
+"""A full close in the runtime's close order leaves a cache that a new process serves from.
 
 Stack 1 runs sessions over file-backed persistence (JSONL+zstd or SQLite) and a SQLite cache file, then
 closes: sessions (disposal writes) → cache → unit registrations → registry → persistence. Stack 2
 opens the same files: `cached_snapshot` serves every unit's last value with zero log reads, and a
-cold read replays only the one-event anchor.
+cold read replays only the one-event anchor. See docs/architecture.md#open-and-close-order.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dsh.projection.cache_storage import SqliteCacheStorage
 from dsh.session import HeaderInit, SessionHeader, SessionLogOffset, SessionStore
 from dsh.testing.stored_logs import StepClock
 from dsh.testing.timer import ManualTimer
-from tests.projection.cache_conftest import POLICY, SpyPersistence
+from tests.projection.helpers import POLICY, SpyPersistence
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Process:
     disposers: list
 
     async def close(self) -> None:
-        """The 00 §3 order: sessions → cache → unit registrations → registry → persistence."""
+        """The runtime's close order: sessions → cache → unit registrations → registry → persistence."""
         await self.store.aclose()
         await self.cache.aclose()
         for dispose in self.disposers:

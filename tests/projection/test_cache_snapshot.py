@@ -1,7 +1,8 @@
-"""`cached_snapshot` and the cache identity (03 §3.2, §3.3; §5 #26, #27).
+"""`cached_snapshot` and the cache identity.
 
 A record names a lifecycle, not a slot: it is served only for the exact `createdAt`, `cwd` and
-inherited cut it was written under, with zero log reads and exactly one storage read.
+inherited cut it was written under, with zero log reads and exactly one storage read. See
+docs/projections.md#checkpoints-and-cold-restore and docs/glossary.md#identity.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dsh.errors import ConfigError
 from dsh.projection import ProjectionError
 from dsh.projection.cache import ProjectionCacheConfig
 from dsh.session import HeaderInit, SessionHeader, SessionId, SessionLogOffset
-from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
+from tests.projection.helpers import CacheStack
 
 ROWS = {
     "counter": {"ver": 1, "seq": 5, "val": {"n": 2}},
@@ -25,8 +26,8 @@ def _header(session_id: str = "c1", *, created_at: int = 1, cwd: str | None = "/
     return SessionHeader(version=0, id=SessionId(session_id), created_at=created_at, cwd=cwd, is_seeded=seeded)
 
 
-async def test_26_cached_snapshot_serves_the_record_with_zero_log_reads(stack: CacheStack, counter, hostonly, nullish):
-    """(03 #26) A matching record serves views, min served seq, no host-only rows, one storage read, no persistence."""
+async def test_cached_snapshot_serves_the_record_with_zero_log_reads(stack: CacheStack, counter, hostonly, nullish):
+    """A matching record serves views, min served seq, no host-only rows, one storage read, no persistence."""
     stack.register(counter, hostonly, nullish)
     await stack.put_rows("c1", ROWS, created_at=1, cwd="/w", cut=0)
 
@@ -40,10 +41,10 @@ async def test_26_cached_snapshot_serves_the_record_with_zero_log_reads(stack: C
     assert stack.persistence.total_reads == 0
 
 
-async def test_26_all_keys_take_the_minimum_seq_and_never_show_host_only_rows(
+async def test_all_keys_take_the_minimum_seq_and_never_show_host_only_rows(
     stack: CacheStack, counter, hostonly, nullish
 ):
-    """(03 #26) Without keys every client-visible row is served, `null` included, at the minimum served seq."""
+    """Without keys every client-visible row is served, `null` included, at the minimum served seq."""
     stack.register(counter, hostonly, nullish)
     await stack.put_rows("c1", ROWS, created_at=1, cwd="/w", cut=0)
 
@@ -67,8 +68,8 @@ async def test_26_all_keys_take_the_minimum_seq_and_never_show_host_only_rows(
     ],
     ids=["unknown-id", "createdAt-2", "cwd-x", "cwd-absent", "cut-4"],
 )
-async def test_27_an_identity_mismatch_is_a_miss(stack: CacheStack, counter, header: SessionHeader, cut: int):
-    """(03 #27) Another id, createdAt, cwd (absent included) or cut is never served."""
+async def test_an_identity_mismatch_is_a_miss(stack: CacheStack, counter, header: SessionHeader, cut: int):
+    """Another id, createdAt, cwd (absent included) or cut is never served."""
     stack.register(counter)
     await stack.put_rows("c1", ROWS, created_at=1, cwd="/w", cut=0)
 
@@ -76,8 +77,8 @@ async def test_27_an_identity_mismatch_is_a_miss(stack: CacheStack, counter, hea
     assert stack.persistence.calls == []
 
 
-async def test_27_absent_cwd_matches_only_absent_cwd(stack: CacheStack, counter):
-    """(03 §3.2) A record written without cwd is served for a header without cwd only."""
+async def test_absent_cwd_matches_only_absent_cwd(stack: CacheStack, counter):
+    """A record written without cwd is served for a header without cwd only."""
     stack.register(counter)
     await stack.put_rows("c1", ROWS, created_at=1, cwd=None, cut=0)
 
@@ -85,8 +86,8 @@ async def test_27_absent_cwd_matches_only_absent_cwd(stack: CacheStack, counter)
     assert await stack.cache.cached_snapshot(_header(cwd="/w"), SessionLogOffset(0)) is None
 
 
-async def test_27_a_seeded_record_is_served_only_for_its_exact_cut(stack: CacheStack, counter):
-    """(03 #27) A record bound to cut 4 is served for cut 4 and missed for cut 3."""
+async def test_a_seeded_record_is_served_only_for_its_exact_cut(stack: CacheStack, counter):
+    """A record bound to cut 4 is served for cut 4 and missed for cut 3."""
     stack.register(counter)
     await stack.put_rows("c1", ROWS, created_at=1, cwd="/w", cut=4)
 
@@ -94,8 +95,8 @@ async def test_27_a_seeded_record_is_served_only_for_its_exact_cut(stack: CacheS
     assert await stack.cache.cached_snapshot(_header(seeded=True), SessionLogOffset(3)) is None
 
 
-async def test_27_every_row_version_mismatched_is_a_miss(stack: CacheStack, counter, nullish):
-    """(03 #27) When no row matches its unit's version there is nothing to serve: None."""
+async def test_every_row_version_mismatched_is_a_miss(stack: CacheStack, counter, nullish):
+    """When no row matches its unit's version there is nothing to serve: None."""
     stack.register(counter, nullish)
     await stack.put_rows(
         "c1",
@@ -107,8 +108,8 @@ async def test_27_every_row_version_mismatched_is_a_miss(stack: CacheStack, coun
     assert await stack.cache.cached_snapshot(_header(), SessionLogOffset(0)) is None
 
 
-async def test_27_only_unregistered_or_host_only_keys_is_a_miss(stack: CacheStack, counter, hostonly):
-    """(03 §3.3) No served key (host-only or unknown selection) gives None, not an empty snapshot."""
+async def test_only_unregistered_or_host_only_keys_is_a_miss(stack: CacheStack, counter, hostonly):
+    """No served key (host-only or unknown selection) gives None, not an empty snapshot."""
     stack.register(counter, hostonly)
     await stack.put_rows("c1", ROWS, created_at=1, cwd="/w")
 
@@ -116,8 +117,8 @@ async def test_27_only_unregistered_or_host_only_keys_is_a_miss(stack: CacheStac
 
 
 @pytest.mark.parametrize(("seeded", "cut"), [(False, 4), (True, 0), (False, -1), (False, True)])
-async def test_27_a_cut_contradicting_is_seeded_is_a_value_error(stack: CacheStack, counter, seeded: bool, cut: object):
-    """(03 #27) The cut must agree with `is_seeded` (an unseeded header with cut 4 is refused) before any read."""
+async def test_a_cut_contradicting_is_seeded_is_a_value_error(stack: CacheStack, counter, seeded: bool, cut: object):
+    """The cut must agree with `is_seeded` (an unseeded header with cut 4 is refused) before any read."""
     stack.register(counter)
 
     with pytest.raises(ValueError, match="inconsistent"):
@@ -126,7 +127,7 @@ async def test_27_a_cut_contradicting_is_seeded_is_a_value_error(stack: CacheSta
 
 
 async def test_cached_snapshot_storage_failure_is_storage_failed(stack: CacheStack, counter):
-    """(03 §3.3) A storage read failure surfaces as `PROJECTION_CACHE_STORAGE_FAILED`."""
+    """A storage read failure surfaces as `PROJECTION_CACHE_STORAGE_FAILED`."""
     stack.register(counter)
     stack.storage.fail_gets.append(OSError("disk gone"))
 
@@ -189,7 +190,7 @@ async def test_a_fork_record_is_bound_to_its_exact_cut(stack: CacheStack, counte
     ],
 )
 def test_invalid_config_is_config_invalid(values: dict[str, object]):
-    """(03 §3.3) Invalid policy values raise `ConfigError` (`CONFIG_INVALID`)."""
+    """Invalid policy values raise `ConfigError` (`CONFIG_INVALID`)."""
     with pytest.raises(ConfigError) as caught:
         ProjectionCacheConfig(**values)  # type: ignore[arg-type]
     assert caught.value.code == "CONFIG_INVALID"

@@ -1,9 +1,10 @@
-"""Cache storage: the SQLite file's open rules and layout, and forgiving decoding on every storage (03 §3.1; #44, #45).
+"""Cache storage: the SQLite file's open rules and layout, and forgiving decoding on every storage.
 
 The cache file is derived data: another cache schema version is recreated, a file that belongs to
 something else is refused with `PROJECTION_CACHE_UNAVAILABLE` (and the runtime runs without a
 cache), an undecodable record is a miss that the next write overwrites, and a single malformed row
-is dropped. Every sqlite3 call runs on the storage's worker thread, never on the event loop.
+is dropped. Every sqlite3 call runs on the storage's worker thread, never on the event loop. See
+docs/storage-format.md#projection-cache-file.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dsh.projection.cache_storage import (
 from dsh.runtime import Runtime
 from dsh.session import SessionId, SessionLogOffset
 from dsh.testing.stored_logs import BASE_TIME_MS
-from tests.projection.cache_conftest import CacheStack, stack_fixture, storage_kind_fixture  # noqa: F401
+from tests.projection.helpers import CacheStack, open_storage
 
 STORAGE_LOGGER = "dsh.projection.cache_storage"
 RECORD = CacheRecord(CacheIdentity(1, "/w", 0), {"counter": {"ver": 1, "seq": 2, "val": {"n": 1}}})
@@ -61,7 +62,7 @@ async def _refused(path: Path) -> ProjectionError:
 
 
 async def test_the_file_is_owner_only_in_an_owner_only_folder(tmp_path: Path):
-    """(03 §3.1) A new cache file is 0600 and the folder it creates is 0700."""
+    """A new cache file is 0600 and the folder it creates is 0700."""
     path = tmp_path / "home" / "cache.sqlite3"
     storage = await SqliteCacheStorage.open(path)
     await storage.put(SessionId("s"), RECORD)
@@ -72,7 +73,7 @@ async def test_the_file_is_owner_only_in_an_owner_only_folder(tmp_path: Path):
 
 
 async def test_the_schema_is_strict_wal_and_owned_by_the_cache(tmp_path: Path):
-    """(03 §3.1) STRICT `projection_cache` table, WAL, cache application id (not the session DB's), version 1."""
+    """STRICT `projection_cache` table, WAL, cache application id (not the session DB's), version 1."""
     path = tmp_path / "cache.sqlite3"
     storage = await SqliteCacheStorage.open(path)
     busy = await storage._run(lambda connection: connection.execute("PRAGMA busy_timeout").fetchone()[0])
@@ -95,7 +96,7 @@ async def test_the_schema_is_strict_wal_and_owned_by_the_cache(tmp_path: Path):
 
 
 async def test_records_survive_a_reopen_and_are_replaced_whole(tmp_path: Path):
-    """(03 §3.1) One whole record per session, upserted: last write wins, and it persists across opens."""
+    """One whole record per session, upserted: last write wins, and it persists across opens."""
     path = tmp_path / "cache.sqlite3"
     storage = await SqliteCacheStorage.open(path)
     await storage.put(SessionId("s"), RECORD)
@@ -112,8 +113,8 @@ async def test_records_survive_a_reopen_and_are_replaced_whole(tmp_path: Path):
         await reopened.aclose()
 
 
-async def test_44_another_user_version_recreates_the_table_empty(tmp_path: Path):
-    """(03 #44) A cache of another schema version is dropped and recreated empty, at version 1."""
+async def test_another_user_version_recreates_the_table_empty(tmp_path: Path):
+    """A cache of another schema version is dropped and recreated empty, at version 1."""
     path = tmp_path / "cache.sqlite3"
     storage = await SqliteCacheStorage.open(path)
     await storage.put(SessionId("s"), RECORD)
@@ -129,7 +130,7 @@ async def test_44_another_user_version_recreates_the_table_empty(tmp_path: Path)
 
 
 async def test_a_table_of_another_shape_is_recreated(tmp_path: Path):
-    """(03 §3.1) Our application id and version but a table of another shape: derived data, rebuilt."""
+    """Our application id and version but a table of another shape: derived data, rebuilt."""
     path = tmp_path / "cache.sqlite3"
     await sql(
         path,
@@ -146,8 +147,8 @@ async def test_a_table_of_another_shape_is_recreated(tmp_path: Path):
         await storage.aclose()
 
 
-async def test_44_a_foreign_application_id_is_refused_untouched(tmp_path: Path):
-    """(03 #44) A database of another application is refused with `PROJECTION_CACHE_UNAVAILABLE`, unchanged."""
+async def test_a_foreign_application_id_is_refused_untouched(tmp_path: Path):
+    """A database of another application is refused with `PROJECTION_CACHE_UNAVAILABLE`, unchanged."""
     path = tmp_path / "cache.sqlite3"
     await sql(path, "PRAGMA application_id = 1234", "CREATE TABLE notes (body TEXT)")
     before = path.read_bytes()
@@ -158,8 +159,8 @@ async def test_44_a_foreign_application_id_is_refused_untouched(tmp_path: Path):
     assert path.read_bytes() == before
 
 
-async def test_44_the_session_database_is_refused(tmp_path: Path):
-    """(03 #44) The session database (its own application id) is never mistaken for a cache."""
+async def test_the_session_database_is_refused(tmp_path: Path):
+    """The session database (its own application id) is never mistaken for a cache."""
     path = tmp_path / "sessions.sqlite3"
     backend = SqliteBackend(path)
     await backend.open()
@@ -176,16 +177,16 @@ async def test_44_the_session_database_is_refused(tmp_path: Path):
     ],
     ids=["unknown-table", "no-application-id"],
 )
-async def test_44_unknown_tables_are_refused(tmp_path: Path, setup: tuple[str, ...]):
-    """(03 #44) Tables the cache does not know (or a table without the cache's application id) are refused."""
+async def test_unknown_tables_are_refused(tmp_path: Path, setup: tuple[str, ...]):
+    """Tables the cache does not know (or a table without the cache's application id) are refused."""
     path = tmp_path / "cache.sqlite3"
     await sql(path, *setup)
 
     await _refused(path)
 
 
-async def test_44_a_file_that_is_not_a_database_is_refused(tmp_path: Path):
-    """(03 #44) Garbage bytes are not a usable cache: refused, never overwritten."""
+async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path):
+    """Garbage bytes are not a usable cache: refused, never overwritten."""
     path = tmp_path / "cache.sqlite3"
     path.write_bytes(b"definitely not sqlite" * 100)
 
@@ -193,8 +194,8 @@ async def test_44_a_file_that_is_not_a_database_is_refused(tmp_path: Path):
     assert path.read_bytes() == b"definitely not sqlite" * 100
 
 
-async def test_44_a_symlink_is_refused(tmp_path: Path):
-    """(03 §3.1) The cache file must be a regular file of its own, not a symlink."""
+async def test_a_symlink_is_refused(tmp_path: Path):
+    """The cache file must be a regular file of its own, not a symlink."""
     target = tmp_path / "elsewhere.sqlite3"
     target.write_bytes(b"")
     link = tmp_path / "cache.sqlite3"
@@ -203,8 +204,8 @@ async def test_44_a_symlink_is_refused(tmp_path: Path):
     await _refused(link)
 
 
-async def test_44_the_runtime_runs_without_a_refused_cache(tmp_path: Path, caplog):
-    """(03 #44) `Runtime.open` logs one warning and continues without a cache when the file is foreign."""
+async def test_the_runtime_runs_without_a_refused_cache(tmp_path: Path, caplog):
+    """`Runtime.open` logs one warning and continues without a cache when the file is foreign."""
     await sql(tmp_path / "cache.sqlite3", "PRAGMA application_id = 1234", "CREATE TABLE t (x)")
 
     with caplog.at_level(logging.WARNING, logger="dsh.runtime"):
@@ -216,8 +217,8 @@ async def test_44_the_runtime_runs_without_a_refused_cache(tmp_path: Path, caplo
     assert len(warnings) == 1
 
 
-async def test_45_undecodable_rows_are_a_miss_warned_once_and_refolded(stack: CacheStack, counter, emit, caplog):
-    """(03 #45) Non-JSON rows: `cached_snapshot` misses (one warning per id); `cold_snapshot` overwrites them."""
+async def test_undecodable_rows_are_a_miss_warned_once_and_refolded(stack: CacheStack, counter, emit, caplog):
+    """Non-JSON rows: `cached_snapshot` misses (one warning per id); `cold_snapshot` overwrites them."""
     stack.register(counter)
     await stack.store_log("c", lambda session: (emit.user(session), emit.user(session)))
     await stack.put_raw("c", '{"counter": {"ver": 1, "seq": 0, "val": {"n": 1}')
@@ -236,8 +237,8 @@ async def test_45_undecodable_rows_are_a_miss_warned_once_and_refolded(stack: Ca
     assert served.get("counter") == {"n": 2}
 
 
-async def test_45_the_next_policy_write_overwrites_an_undecodable_record(stack: CacheStack, counter, emit, caplog):
-    """(03 §3.1) A poisoned record of a live session is replaced by its next write."""
+async def test_the_next_policy_write_overwrites_an_undecodable_record(stack: CacheStack, counter, emit, caplog):
+    """A poisoned record of a live session is replaced by its next write."""
     stack.register(counter)
     session = stack.store.create("s")
     await stack.put_raw("s", "not json at all", created_at=session.header.created_at)
@@ -252,8 +253,8 @@ async def test_45_the_next_policy_write_overwrites_an_undecodable_record(stack: 
 
 
 @pytest.mark.parametrize("text", ["[]", '"rows"', "null"])
-async def test_45_rows_that_are_not_an_object_are_a_miss(stack: CacheStack, counter, text: str, caplog):
-    """(03 §3.1) JSON rows that are not an object are undecodable as a record: a miss."""
+async def test_rows_that_are_not_an_object_are_a_miss(stack: CacheStack, counter, text: str, caplog):
+    """JSON rows that are not an object are undecodable as a record: a miss."""
     stack.register(counter)
     await stack.put_raw("c", text, created_at=1)
 
@@ -262,7 +263,7 @@ async def test_45_rows_that_are_not_an_object_are_a_miss(stack: CacheStack, coun
 
 
 async def test_a_single_malformed_row_is_dropped_and_the_others_kept(stack: CacheStack, counter, hostonly, nullish):
-    """(03 §3.1) Inside a decodable record, malformed rows are dropped; the valid row is still served."""
+    """Inside a decodable record, malformed rows are dropped; the valid row is still served."""
     stack.register(counter, hostonly, nullish)
     await stack.put_raw(
         "c",
@@ -280,7 +281,7 @@ async def test_a_single_malformed_row_is_dropped_and_the_others_kept(stack: Cach
 
 
 async def test_sqlite_calls_never_run_on_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """(03 §3.1) Open, reads, writes, deletes and close run every sqlite3 call on the worker thread."""
+    """Open, reads, writes, deletes and close run every sqlite3 call on the worker thread."""
     loop_thread = threading.get_ident()
     threads: set[int] = set()
     real_connect = sqlite3.connect
@@ -303,9 +304,7 @@ async def test_sqlite_calls_never_run_on_the_event_loop(tmp_path: Path, monkeypa
 
 
 async def test_a_closed_storage_refuses_with_storage_failed(storage_kind: str, tmp_path: Path):
-    """(03 §3.7) After `aclose` every storage refuses reads and writes with `PROJECTION_CACHE_STORAGE_FAILED`."""
-    from tests.projection.cache_conftest import open_storage
-
+    """After `aclose` every storage refuses reads and writes with `PROJECTION_CACHE_STORAGE_FAILED`."""
     storage = await open_storage(storage_kind, tmp_path / "cache.sqlite3")
     await storage.aclose()
 
@@ -316,7 +315,7 @@ async def test_a_closed_storage_refuses_with_storage_failed(storage_kind: str, t
 
 
 async def test_two_storages_share_one_file(tmp_path: Path):
-    """(03 §3.1) Two opens of one file (two processes) see each other's records."""
+    """Two opens of one file (two processes) see each other's records."""
     path = tmp_path / "cache.sqlite3"
     first, second = await asyncio.gather(SqliteCacheStorage.open(path), SqliteCacheStorage.open(path))
     try:

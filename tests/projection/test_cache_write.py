@@ -1,7 +1,7 @@
-"""`ProjectionCache.write`: ordering, durability, the lossless check and per-id serialization (03 §3.3).
+"""`ProjectionCache.write`: ordering, durability, the lossless check and per-id serialization.
 
 Steps: serialize per id, take the cut, make the log durable (flush while live, persistence drain
-after disposal), check lossless JSON, put the whole record (§5 #28, #29, #30, #33).
+after disposal), check lossless JSON, put the whole record. See docs/projections.md#cache-write-policy.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from dsh.projection import ClientView, ProjectionError, ProjectionUnit
 from dsh.projection.cache import ProjectionCache
 from dsh.projection.cache_storage import CacheRecord, MemoryCacheStorage
 from dsh.session import HeaderInit, Session, SessionError, SessionLogOffset
-from tests.projection.cache_conftest import POLICY, CacheStack, stack_fixture, storage_kind_fixture, until  # noqa: F401
+from tests.projection.helpers import POLICY, CacheStack, until
 
 NOT_JSON = "projection checkpoint is not losslessly JSON-serializable (a unit state violates the plain-JSON contract)"
 
 
-async def test_28_a_never_dirtied_session_writes_the_init_state_at_seq_minus_one(stack: CacheStack, counter, hostonly):
-    """(03 #28) An empty session's record holds `init()` at seq -1 and its identity carries the exact cut."""
+async def test_a_never_dirtied_session_writes_the_init_state_at_seq_minus_one(stack: CacheStack, counter, hostonly):
+    """An empty session's record holds `init()` at seq -1 and its identity carries the exact cut."""
     stack.register(counter, hostonly)
     session = stack.store.create("s", header=HeaderInit(cwd="/w"))
 
@@ -38,8 +38,8 @@ async def test_28_a_never_dirtied_session_writes_the_init_state_at_seq_minus_one
     assert record.identity.inherited_event_count == session.inherited_event_count == 0
 
 
-async def test_28_a_forked_session_records_its_inherited_cut(stack: CacheStack, counter, emit):
-    """(03 #28) The identity of a fork's record includes `s.inherited_event_count`."""
+async def test_a_forked_session_records_its_inherited_cut(stack: CacheStack, counter, emit):
+    """The identity of a fork's record includes `s.inherited_event_count`."""
     stack.register(counter)
     parent = stack.store.create("p")
     emit.user(parent)
@@ -53,8 +53,8 @@ async def test_28_a_forked_session_records_its_inherited_cut(stack: CacheStack, 
     assert record.rows["counter"]["seq"] == child.seq - 1
 
 
-async def test_29_the_log_is_flushed_before_the_record_lands(stack: CacheStack, counter, emit):
-    """(03 #29) A spy flush listener sees flush-start, flush-end, then the put; the log is durable at put time."""
+async def test_the_log_is_flushed_before_the_record_lands(stack: CacheStack, counter, emit):
+    """A spy flush listener sees flush-start, flush-end, then the put; the log is durable at put time."""
     stack.register(counter)
     session = stack.store.create("s")
 
@@ -75,8 +75,8 @@ async def test_29_the_log_is_flushed_before_the_record_lands(stack: CacheStack, 
     assert stored_at_put == [session.seq]
 
 
-async def test_29_a_failing_flush_fails_the_write_and_nothing_lands(stack: CacheStack, counter, emit):
-    """(03 #29) When durability cannot be confirmed `write` raises the flush error and stores nothing."""
+async def test_a_failing_flush_fails_the_write_and_nothing_lands(stack: CacheStack, counter, emit):
+    """When durability cannot be confirmed `write` raises the flush error and stores nothing."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -92,8 +92,8 @@ async def test_29_a_failing_flush_fails_the_write_and_nothing_lands(stack: Cache
     assert stack.storage.puts == 0
 
 
-async def test_29_a_store_without_persistence_cannot_confirm_durability(store, registry, counter, emit):
-    """(03 §3.3 step 3) With no flush participant the write fails (`PROJECTION_CACHE_STORAGE_FAILED`)."""
+async def test_a_store_without_persistence_cannot_confirm_durability(store, registry, counter, emit):
+    """With no flush participant the write fails (`PROJECTION_CACHE_STORAGE_FAILED`)."""
     storage = MemoryCacheStorage()
     cache = await ProjectionCache.open(
         storage,
@@ -115,8 +115,8 @@ async def test_29_a_store_without_persistence_cannot_confirm_durability(store, r
         await cache.aclose()
 
 
-async def test_29_an_unpublished_session_is_refused(stack: CacheStack, counter):
-    """(03 §3.3 step 3) A prepared (never published) session cannot prove durability: `SESSION_NOT_LIVE`."""
+async def test_an_unpublished_session_is_refused(stack: CacheStack, counter):
+    """A prepared (never published) session cannot prove durability: `SESSION_NOT_LIVE`."""
     stack.register(counter)
     prepared = stack.store.prepare("u")
 
@@ -126,8 +126,8 @@ async def test_29_an_unpublished_session_is_refused(stack: CacheStack, counter):
     assert await stack.record("u") is None
 
 
-async def test_30_a_non_json_state_is_not_json(stack: CacheStack, kit):
-    """(03 #30) A unit state holding NaN fails the lossless check with the exact message; nothing lands."""
+async def test_a_nan_state_fails_the_lossless_json_check(stack: CacheStack, kit):
+    """A unit state holding NaN fails the lossless check with the exact message; nothing lands."""
     nan_unit = ProjectionUnit(
         key="nan",
         state_version=1,
@@ -145,8 +145,8 @@ async def test_30_a_non_json_state_is_not_json(stack: CacheStack, kit):
     assert await stack.record("s") is None
 
 
-async def test_33_disposal_writes_the_final_value_after_the_drain(stack: CacheStack, counter, emit):
-    """(03 #33) Disposal writes the final value, after persistence's drain made every event durable."""
+async def test_disposal_writes_the_final_value_after_the_drain(stack: CacheStack, counter, emit):
+    """Disposal writes the final value, after persistence's drain made every event durable."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -164,8 +164,8 @@ async def test_33_disposal_writes_the_final_value_after_the_drain(stack: CacheSt
     assert record.rows["counter"] == {"ver": 1, "seq": session.seq - 1, "val": {"n": 2}}
 
 
-async def test_33_the_disposal_cut_is_taken_in_the_listener_before_any_await(stack: CacheStack, counter, emit):
-    """(03 #33) The cut is taken synchronously: unregistering the unit right after dispose does not lose its row."""
+async def test_the_disposal_cut_is_taken_in_the_listener_before_any_await(stack: CacheStack, counter, emit):
+    """The cut is taken synchronously: unregistering the unit right after dispose does not lose its row."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -182,7 +182,7 @@ async def test_33_the_disposal_cut_is_taken_in_the_listener_before_any_await(sta
 
 
 async def test_writes_of_one_id_never_overlap(stack: CacheStack, counter, emit):
-    """(03 §3.3 step 1) Three writes of one id run one at a time, in order, each with a fresher cut."""
+    """Three writes of one id run one at a time, in order, each with a fresher cut."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -211,7 +211,7 @@ async def test_writes_of_one_id_never_overlap(stack: CacheStack, counter, emit):
 
 
 async def test_rows_of_unregistered_keys_are_dropped_at_the_next_write(stack: CacheStack, counter, emit):
-    """(03 §3.4) A record's rows of keys no longer registered disappear when the record is rewritten."""
+    """A record's rows of keys no longer registered disappear when the record is rewritten."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
@@ -229,7 +229,7 @@ async def test_rows_of_unregistered_keys_are_dropped_at_the_next_write(stack: Ca
 
 
 async def test_a_failed_unit_is_omitted_from_the_record(stack: CacheStack, counter, bomb, emit, caplog):
-    """(03 §2.4) A unit disabled for the session has no row; the other units are written normally."""
+    """A unit disabled for the session has no row; the other units are written normally."""
     stack.register(bomb, counter)
     session = stack.store.create("s")
     with caplog.at_level(logging.CRITICAL, logger="dsh.projection.registry"):
@@ -244,7 +244,7 @@ async def test_a_failed_unit_is_omitted_from_the_record(stack: CacheStack, count
 
 
 async def test_a_storage_put_failure_is_storage_failed(stack: CacheStack, counter):
-    """(03 §3.3 step 5) A failing put raises `PROJECTION_CACHE_STORAGE_FAILED` naming the cause."""
+    """A failing put raises `PROJECTION_CACHE_STORAGE_FAILED` naming the cause."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.fail_puts.append(OSError("disk full"))
@@ -256,7 +256,7 @@ async def test_a_storage_put_failure_is_storage_failed(stack: CacheStack, counte
 
 
 async def test_a_state_holding_1e16_round_trips_as_a_float(stack: CacheStack, kit):
-    """(03 #45) `1e16` survives write and read as a float on every storage, also through `cached_snapshot`."""
+    """`1e16` survives write and read as a float on every storage, also through `cached_snapshot`."""
     big = ProjectionUnit(
         key="big",
         state_version=1,

@@ -2,7 +2,8 @@
 
 Laws: the incremental (live drive) fold equals the rebuilt fold `restore(None, events, 0)`; restoring
 from a checkpoint taken at any prefix plus the tail from `restore_floor` equals the full fold; a unit
-that declares `event_types` gives the same values, checkpoints and pushes as its undeclared twin (03 #16).
+that declares `event_types` gives the same values, checkpoints and pushes as its undeclared twin. See
+docs/projections.md#unit-contract.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,25 +19,16 @@ from dsh.json import JsonValue
 from dsh.projection import ClientView, ProjectionRegistry, ProjectionUnit
 from dsh.projection.testing import check_unit
 from dsh.session import Session, SessionEvent, SessionStore
-from dsh.session.stored import StoredEvents
-
-KINDS = ("turn/start", "turn/end", "user/message", "session/title", "assistant/chunk", "step/start", "goal/change")
+from tests.helpers import examples
+from tests.projection.helpers import KINDS, roundtrip, stored_events
 
 _SETTINGS = settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],  # `kit` and `emit` are stateless helpers
 )
 
 ops_strategy = st.lists(st.tuples(st.sampled_from(KINDS), st.sampled_from(["a", "b", ""])), max_size=30)
-
-
-def _stored(events: Any, start: int = 0) -> StoredEvents:
-    return StoredEvents([orjson.loads(orjson.dumps(e)) for e in list(events)[start:]])
-
-
-def _roundtrip(value: Any) -> Any:
-    return orjson.loads(orjson.dumps(value))
 
 
 class Pushes:
@@ -80,7 +71,7 @@ def test_incremental_fold_equals_rebuilt_fold(kit, emit, ops, register_at, read_
         lazy.register(spy.unit)
     assert lazy.snapshot(s) == live_snapshot
     assert lazy.checkpoint(s) == live_rows
-    assert registry.restore(None, _stored(s.events), 0) == rebuilt
+    assert registry.restore(None, stored_events(s.events), 0) == rebuilt
     lazy.close()
     registry.close()
 
@@ -98,11 +89,11 @@ def test_restore_from_any_prefix_checkpoint_equals_the_full_fold(kit, emit, ops,
     for spy in (kit.counting(), kit.counting("hostonly", counts=None, visible=False), kit.nullish()):
         registry.register(spy.unit)
     s = store.create()
-    checkpoint = _roundtrip(registry.checkpoint(s))
+    checkpoint = roundtrip(registry.checkpoint(s))
     for index, (kind, value) in enumerate(ops):
         emit.by_kind(s, kind, value)
         if index + 1 == cut:
-            checkpoint = _roundtrip(registry.checkpoint(s))
+            checkpoint = roundtrip(registry.checkpoint(s))
     full = registry.restore(None, s.events, 0, keys)
     floor = registry.restore_floor(checkpoint, keys)
     if floor is None:
@@ -110,7 +101,7 @@ def test_restore_from_any_prefix_checkpoint_equals_the_full_fold(kit, emit, ops,
         return
     tail = s.events[floor:]
     assert registry.restore(checkpoint, tail, floor, keys) == full
-    assert registry.restore(checkpoint, _stored(s.events, floor), floor, keys) == full
+    assert registry.restore(checkpoint, stored_events(s.events, floor), floor, keys) == full
     assert full.snapshot == registry.snapshot(s, keys)
     assert full.checkpoint == registry.checkpoint(s, keys)
 
@@ -135,8 +126,8 @@ def _strip(mapping: Any, prefix: str) -> dict[str, Any]:
 
 @_SETTINGS
 @given(ops=ops_strategy, register_at=st.integers(0, 30), cut=st.integers(0, 30))
-def test_16_declared_event_types_match_the_undeclared_twin(kit, emit, ops, register_at, cut) -> None:
-    """(03 #16) Declared units give the same values, checkpoints, pushes and restores as undeclared twins."""
+def test_declared_event_types_match_the_undeclared_twin(kit, emit, ops, register_at, cut) -> None:
+    """Declared units give the same values, checkpoints, pushes and restores as undeclared twins."""
     store = SessionStore()
     registry = ProjectionRegistry(store)
     pushes = Pushes(registry)
@@ -150,7 +141,7 @@ def test_16_declared_event_types_match_the_undeclared_twin(kit, emit, ops, regis
                 registry.register(undeclared.unit)
         emit.by_kind(s, kind, value)
         if index == cut:
-            checkpoint = _roundtrip(registry.checkpoint(s))
+            checkpoint = roundtrip(registry.checkpoint(s))
     for declared, undeclared in pairs:
         registry.register(declared.unit)
         registry.register(undeclared.unit)
@@ -162,14 +153,14 @@ def test_16_declared_event_types_match_the_undeclared_twin(kit, emit, ops, regis
     if checkpoint is not None:
         floor = registry.restore_floor(checkpoint)
         assert floor is not None
-        for events in (s.events[floor:], _stored(s.events, floor)):
+        for events in (s.events[floor:], stored_events(s.events, floor)):
             restored = registry.restore(checkpoint, events, floor)
             assert _strip(restored.snapshot.values, "d:") == _strip(restored.snapshot.values, "u:")
             assert _strip(restored.checkpoint, "d:") == _strip(restored.checkpoint, "u:")
         # Declared-only selections over StoredEvents take the typed path (type_at, no freezing of others).
         typed_keys = [d.key for d, _ in pairs if d.unit.event_types is not None]
         plain_keys = [u.key for d, u in pairs if d.unit.event_types is not None]
-        typed = registry.restore(checkpoint, _stored(s.events, floor), floor, typed_keys)
+        typed = registry.restore(checkpoint, stored_events(s.events, floor), floor, typed_keys)
         plain = registry.restore(checkpoint, s.events[floor:], floor, plain_keys)
         assert _strip(typed.snapshot.values, "d:") == _strip(plain.snapshot.values, "u:")
         assert _strip(typed.checkpoint, "d:") == _strip(plain.checkpoint, "u:")
@@ -189,18 +180,19 @@ def _sample_log(store: SessionStore, emit) -> tuple[SessionEvent, ...]:
     return tuple(s.events)
 
 
+@pytest.mark.slow
 def test_check_unit_accepts_the_fixture_units(counter, hostonly, nullish, kit, store: SessionStore, emit) -> None:
-    """The 03 §5 fixture units (and a declared twin) keep the unit contract under check_unit."""
+    """The fixture units (and a declared twin) keep the unit contract under check_unit."""
     events = _sample_log(store, emit)
     for spy in (counter, hostonly, nullish, kit.counting("declared", declared=True)):
-        check_unit(spy.unit, events, max_examples=15)
-    check_unit(counter.unit, [{"type": "user/message", "data": {"anything": 1}}], max_examples=5)
+        check_unit(spy.unit, events, max_examples=examples(15))
+    check_unit(counter.unit, [{"type": "user/message", "data": {"anything": 1}}], max_examples=examples(5))
 
 
 def test_check_unit_catches_a_raising_apply(bomb, store: SessionStore, emit) -> None:
     """check_unit reports a unit whose apply raises on some event."""
     with pytest.raises(AssertionError, match="apply raised"):
-        check_unit(bomb.unit, [{"type": "goal/change", "data": {"boom": True}}], max_examples=5)
+        check_unit(bomb.unit, [{"type": "goal/change", "data": {"boom": True}}], max_examples=examples(5))
 
 
 def test_check_unit_catches_input_mutation(kit) -> None:
@@ -214,7 +206,7 @@ def test_check_unit_catches_input_mutation(kit) -> None:
         key="mutates", state_version=1, init=dict, apply=apply, state_schema=kit.object_schema
     )
     with pytest.raises(AssertionError, match="mutated"):
-        check_unit(unit, [{"type": "user/message", "data": {}}], max_examples=5)
+        check_unit(unit, [{"type": "user/message", "data": {}}], max_examples=examples(5))
 
 
 def test_check_unit_catches_a_broken_event_types_promise(kit) -> None:
@@ -222,7 +214,7 @@ def test_check_unit_catches_a_broken_event_types_promise(kit) -> None:
     spy = kit.counting("liar", counts=None)
     unit = replace(spy.unit, event_types=frozenset({"user/message"}))
     with pytest.raises(AssertionError, match="undeclared type"):
-        check_unit(unit, [{"type": "turn/start", "data": {"turn": 1}}], max_examples=5)
+        check_unit(unit, [{"type": "turn/start", "data": {"turn": 1}}], max_examples=examples(5))
 
 
 def test_check_unit_catches_a_state_that_does_not_restore(kit) -> None:
@@ -236,7 +228,7 @@ def test_check_unit_catches_a_state_that_does_not_restore(kit) -> None:
 
     unit = replace(lossy, state_schema=Forgetful())
     with pytest.raises(AssertionError, match="differs from the live fold"):
-        check_unit(unit, [{"type": "user/message", "data": {}}], max_examples=5)
+        check_unit(unit, [{"type": "user/message", "data": {}}], max_examples=examples(5))
 
 
 def test_check_unit_catches_a_bad_view(kit) -> None:
@@ -244,4 +236,4 @@ def test_check_unit_catches_a_bad_view(kit) -> None:
     spy = kit.counting()
     unit = replace(spy.unit, view=ClientView(render=lambda s: {1, 2}, schema=kit.any_schema))
     with pytest.raises(AssertionError, match="not plain JSON"):
-        check_unit(unit, [], max_examples=5)
+        check_unit(unit, [], max_examples=examples(5))

@@ -1,17 +1,19 @@
-"""Checkpoints and cold folds: checkpoint, restore_floor, view_checkpoint, restore (03 §2.4)."""
+"""Checkpoints and cold folds: checkpoint, restore_floor, view_checkpoint, restore.
+
+See docs/projections.md#checkpoints-and-cold-restore.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-import orjson
 import pytest
 
 import dsh.session.stored as stored_module
 from dsh.projection import ClientView, ProjectionError, ProjectionRegistry, ProjectionUnit
 from dsh.session import SessionEvent, SessionStore
-from dsh.session.stored import StoredEvents
+from tests.projection.helpers import stored_events
 
 REREAD = (
     'session projection "{key}" cannot restore from seq {base}: its checkpoint row is missing, '
@@ -26,10 +28,10 @@ def _log(store: SessionStore, emit, kinds: list[str]) -> tuple[SessionEvent, ...
     return tuple(s.events)
 
 
-def test_18_checkpoint_rows_are_detached_copies(
+def test_checkpoint_rows_are_detached_copies(
     registry: ProjectionRegistry, store: SessionStore, counter, hostonly, emit
 ) -> None:
-    """(03 #18) Mutating a checkpoint's val changes nothing; rows carry ver and seq; empty log → -1, init."""
+    """Mutating a checkpoint's val changes nothing; rows carry ver and seq; empty log → -1, init."""
     registry.register(counter.unit)
     registry.register(hostonly.unit)
     empty = store.create()
@@ -50,8 +52,8 @@ def test_18_checkpoint_rows_are_detached_copies(
     assert registry.checkpoint(s, ["hostonly", "nope"]) == {"hostonly": {"ver": 1, "seq": 1, "val": {"n": 2}}}
 
 
-def test_19_restore_floor(registry: ProjectionRegistry, kit) -> None:
-    """(03 #19) None without units; 0 for missing/mismatched/fresh rows; min - 1 otherwise; keys narrow it."""
+def test_restore_floor_is_the_oldest_usable_row_seq(registry: ProjectionRegistry, kit) -> None:
+    """None without units; 0 for missing/mismatched/fresh rows; the lowest row seq otherwise; keys narrow it."""
     assert registry.restore_floor({}) is None
     assert registry.restore_floor(None) is None
     registry.register(kit.counting("a").unit)
@@ -85,10 +87,10 @@ def test_restore_floor_treats_malformed_rows_as_missing(registry: ProjectionRegi
     assert registry.restore_floor({"a": row}) == 0  # type: ignore[dict-item]
 
 
-def test_20_mismatched_row_requires_a_reread(
+def test_mismatched_row_requires_a_reread(
     registry: ProjectionRegistry, store: SessionStore, counter, emit, kit
 ) -> None:
-    """(03 #20) A version-mismatched row with a tail from 4 → REREAD_REQUIRED (exact text); from 0 → init."""
+    """A version-mismatched row with a tail from 4 → REREAD_REQUIRED (exact text); from 0 → init."""
     registry.register(counter.unit)
     events = _log(store, emit, ["user/message"] * 6)
     rows = {"counter": {"ver": 7, "seq": 3, "val": {"n": 4}}}
@@ -101,8 +103,8 @@ def test_20_mismatched_row_requires_a_reread(
     assert restored.checkpoint == {"counter": {"ver": 1, "seq": 5, "val": {"n": 6}}}
 
 
-def test_21_rows_at_the_tail_end_fold_nothing(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
-    """(03 #21) Rows already at the end: apply is not called; an empty tail gives as_of_seq base - 1."""
+def test_rows_at_the_tail_end_fold_nothing(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
+    """Rows already at the end: apply is not called; an empty tail gives as_of_seq base - 1."""
     registry.register(counter.unit)
     events = _log(store, emit, ["user/message"] * 4)
     counter.applies = 0
@@ -120,10 +122,10 @@ def test_21_rows_at_the_tail_end_fold_nothing(registry: ProjectionRegistry, stor
     assert nothing.snapshot.values == {"counter": {"n": 0}}
 
 
-def test_22_restore_returns_rows_for_selected_units_only(
+def test_restore_returns_rows_for_selected_units_only(
     registry: ProjectionRegistry, store: SessionStore, counter, hostonly, emit
 ) -> None:
-    """(03 #22) Both rows refreshed, values only counter; keys=['counter'] never calls hostonly.apply."""
+    """Both rows refreshed, values only counter; keys=['counter'] never calls hostonly.apply."""
     registry.register(counter.unit)
     registry.register(hostonly.unit)
     events = _log(store, emit, ["user/message", "turn/start", "user/message", "turn/end"])
@@ -147,8 +149,10 @@ def test_22_restore_returns_rows_for_selected_units_only(
     assert hostonly.applies == 0
 
 
-def test_23_row_beyond_the_log_end(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
-    """(03 #23) A row claiming seq 9 over a log ending at 6: REREAD_REQUIRED from the floor, clean from 0."""
+def test_a_row_beyond_the_log_end_requires_a_reread(
+    registry: ProjectionRegistry, store: SessionStore, counter, emit
+) -> None:
+    """A row claiming seq 9 over a log ending at 6: REREAD_REQUIRED from the floor, clean from 0."""
     registry.register(counter.unit)
     events = _log(store, emit, ["user/message"] * 7)
     rows = {"counter": {"ver": 1, "seq": 9, "val": {"n": 100}}}
@@ -169,8 +173,8 @@ class _FeedOnly:
         return lambda: None
 
 
-def test_24_view_checkpoint_serves_only_valid_rows(kit, caplog) -> None:
-    """(03 #24) Valid, mismatched, schema-invalid, render-raising rows: only the valid key, nothing raises, no I/O."""
+def test_view_checkpoint_serves_only_valid_rows(kit, caplog) -> None:
+    """Valid, mismatched, schema-invalid, render-raising rows: only the valid key, nothing raises, no I/O."""
     registry = ProjectionRegistry(_FeedOnly())  # type: ignore[arg-type]
 
     def raising(state: dict[str, Any]) -> object:
@@ -205,8 +209,10 @@ def test_24_view_checkpoint_serves_only_valid_rows(kit, caplog) -> None:
     assert {r.levelno for r in caplog.records} <= {logging.DEBUG}
 
 
-def test_25_invalid_state_and_seq_gaps(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
-    """(03 #25) A version-matching row failing state_schema → INVALID_STATE; a seq gap → ValueError."""
+def test_an_invalid_state_and_seq_gaps_are_refused(
+    registry: ProjectionRegistry, store: SessionStore, counter, emit
+) -> None:
+    """A version-matching row failing state_schema → INVALID_STATE; a seq gap → ValueError."""
     registry.register(counter.unit)
     events = _log(store, emit, ["user/message"] * 5)
     rows = {"counter": {"ver": 1, "seq": 2, "val": {"n": "three"}}}
@@ -254,10 +260,6 @@ def test_restore_render_failure_is_invalid_view(registry: ProjectionRegistry, st
     assert info.value.code == "PROJECTION_INVALID_VIEW"
 
 
-def _stored(events: tuple[SessionEvent, ...], start: int = 0) -> StoredEvents:
-    return StoredEvents([orjson.loads(orjson.dumps(e)) for e in events[start:]])
-
-
 @pytest.fixture
 def frozen_types(monkeypatch) -> list[str]:
     """Every event type StoredEvents freezes during the test (spy on its adopt hook)."""
@@ -283,7 +285,7 @@ def test_declared_units_never_freeze_other_types_of_stored_events(
     events = _log(store, emit, kinds)
     plain = registry.restore(None, events, 0, ["users", "titles"])
     frozen_types.clear()
-    lazy = registry.restore(None, _stored(events), 0, ["users", "titles"])
+    lazy = registry.restore(None, stored_events(events), 0, ["users", "titles"])
     assert lazy == plain
     assert set(frozen_types) == {"user/message", "session/title"}
     assert len(frozen_types) == 9
@@ -300,7 +302,7 @@ def test_stored_events_with_an_undeclared_unit_give_identical_results(
     floor = registry.restore_floor(rows)
     assert floor == 1
     plain = registry.restore(rows, events[floor:], floor)
-    lazy = registry.restore(rows, _stored(events, floor), floor)
+    lazy = registry.restore(rows, stored_events(events, floor), floor)
     assert lazy == plain
     assert plain.snapshot.values == {"users": {"n": 2}, "all": {"n": 5}}
 
@@ -312,7 +314,7 @@ def test_stored_events_from_a_floor_are_checked_where_touched(
     registry.register(kit.counting("users", declared=True).unit)
     events = _log(store, emit, ["turn/start", "user/message", "user/message"])
     with pytest.raises(ValueError, match="contiguous"):
-        registry.restore(None, _stored(events, 1), 0)
+        registry.restore(None, stored_events(events, 1), 0)
 
 
 def test_restored_values_equal_the_live_snapshot(

@@ -1,4 +1,7 @@
-"""The registry's live side: drive from the store's event feed, lazy cells and reads (03 §2.2, §2.3)."""
+"""The registry's live side: drive from the store's event feed, lazy cells, reads and push frames.
+
+See docs/projections.md#registry and docs/projections.md#push-frames.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from dsh.projection import ClientView, ProjectionRegistry, ProjectionSnapshot, P
 from dsh.session import Session, SessionEvent, SessionId, SessionSeq, SessionStore
 
 
-def test_01_three_user_messages_are_counted(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
-    """(03 #1) Three appended user messages give as_of_seq 2 and {"counter": {"n": 3}}."""
+def test_three_user_messages_are_counted(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
+    """Three appended user messages give as_of_seq 2 and {"counter": {"n": 3}}."""
     registry.register(counter.unit)
     s = store.create()
     for _ in range(3):
@@ -24,8 +27,8 @@ def test_01_three_user_messages_are_counted(registry: ProjectionRegistry, store:
     assert snap.values == {"counter": {"n": 3}}
 
 
-def test_02_empty_session_serves_the_init_view(registry: ProjectionRegistry, store: SessionStore, counter) -> None:
-    """(03 #2) An empty session snapshots at -1 with the init-derived view."""
+def test_empty_session_serves_the_init_view(registry: ProjectionRegistry, store: SessionStore, counter) -> None:
+    """An empty session snapshots at -1 with the init-derived view."""
     registry.register(counter.unit)
     s = store.create()
     snap = registry.snapshot(s)
@@ -34,10 +37,10 @@ def test_02_empty_session_serves_the_init_view(registry: ProjectionRegistry, sto
     assert snap.to_json() == {"asOfSeq": -1, "values": {"counter": {"n": 0}}}
 
 
-def test_03_late_registration_folds_the_backlog_once(
+def test_late_registration_folds_the_backlog_once(
     registry: ProjectionRegistry, store: SessionStore, counter, emit
 ) -> None:
-    """(03 #3) Five events before registration plus one after: all six counted, apply ran six times."""
+    """Five events before registration plus one after: all six counted, apply ran six times."""
     s = store.create()
     for _ in range(5):
         emit.user(s)
@@ -47,10 +50,10 @@ def test_03_late_registration_folds_the_backlog_once(
     assert counter.applies == 6
 
 
-def test_04_listener_gets_the_causing_seq_and_no_render_for_irrelevant_events(
+def test_listener_gets_the_causing_seq_and_no_render_for_irrelevant_events(
     registry: ProjectionRegistry, store: SessionStore, counter, emit, changes
 ) -> None:
-    """(03 #4) A relevant then an irrelevant event: one call with the causing seq; one render only."""
+    """A relevant then an irrelevant event: one call with the causing seq; one render only."""
     registry.register(counter.unit)
     s = store.create()
     relevant = emit.user(s)
@@ -69,10 +72,10 @@ def test_no_render_without_listeners(registry: ProjectionRegistry, store: Sessio
     assert counter.applies == 2
 
 
-def test_05_hostonly_is_checkpointed_but_never_shown(
+def test_hostonly_is_checkpointed_but_never_shown(
     registry: ProjectionRegistry, store: SessionStore, hostonly, emit, changes
 ) -> None:
-    """(03 #5) A host-only unit: state_of counts, snapshots omit it, no push, checkpoint has its row."""
+    """A host-only unit: state_of counts, snapshots omit it, no push, checkpoint has its row."""
     registry.register(hostonly.unit)
     s = store.create()
     emit.turn_start(s)
@@ -86,8 +89,8 @@ def test_05_hostonly_is_checkpointed_but_never_shown(
     assert registry.view_keys() == ()
 
 
-def test_09_cells_are_per_session(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
-    """(03 #9) Events in one session leave another session's values unchanged."""
+def test_cells_are_per_session(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
+    """Events in one session leave another session's values unchanged."""
     registry.register(counter.unit)
     a, b = store.create(), store.create()
     emit.user(a)
@@ -98,10 +101,10 @@ def test_09_cells_are_per_session(registry: ProjectionRegistry, store: SessionSt
     assert registry.snapshot(a).values == {"counter": {"n": 3}}
 
 
-def test_11_keys_select_client_visible_registered_units_only(
+def test_keys_select_client_visible_registered_units_only(
     registry: ProjectionRegistry, store: SessionStore, counter, hostonly, nullish, emit
 ) -> None:
-    """(03 #11) keys=["counter", "hostonly", "unknown"] gives values with only counter."""
+    """keys=["counter", "hostonly", "unknown"] gives values with only counter."""
     for spy in (counter, hostonly, nullish):
         registry.register(spy.unit)
     s = store.create()
@@ -113,10 +116,8 @@ def test_11_keys_select_client_visible_registered_units_only(
     assert nullish.renders == 0
 
 
-def test_17_unpublished_session_is_read_lazily(
-    registry: ProjectionRegistry, store: SessionStore, counter, emit
-) -> None:
-    """(03 #17) An unpublished session with events snapshots at session.seq - 1."""
+def test_unpublished_session_is_read_lazily(registry: ProjectionRegistry, store: SessionStore, counter, emit) -> None:
+    """An unpublished session with events snapshots at session.seq - 1."""
     registry.register(counter.unit)
     s = store.prepare()
     emit.user(s)
@@ -303,10 +304,10 @@ def test_snapshot_values_are_detached_from_live_state(
     assert registry.state_of(s, "raw") == {"inner": {"a": 1}}
 
 
-def test_14_null_view_is_kept_in_snapshots_and_frames(
+def test_null_view_is_kept_in_snapshots_and_frames(
     registry: ProjectionRegistry, store: SessionStore, nullish, emit, changes
 ) -> None:
-    """(03 #14) A null view is present in snapshots; its pushed frame serialises "value":null exactly."""
+    """A null view is present in snapshots; its pushed frame serialises "value":null exactly."""
     registry.register(nullish.unit)
     s = store.create()
     emit.turn_start(s)
@@ -343,7 +344,9 @@ def test_snapshot_follows_registration_order(registry: ProjectionRegistry, store
     assert list(registry.checkpoint(s, ["c", "b"])) == ["b", "c"]
 
 
-def test_events_are_session_events(registry: ProjectionRegistry, store: SessionStore, emit, kit) -> None:
+def test_apply_receives_the_committed_event_object(
+    registry: ProjectionRegistry, store: SessionStore, emit, kit
+) -> None:
     """apply receives the committed SessionEvent object itself."""
     seen: list[SessionEvent] = []
 

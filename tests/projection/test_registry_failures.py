@@ -1,4 +1,7 @@
-"""Containment: units and listeners that break the contract anyway (03 §2.5, §2.6)."""
+"""Containment: units and listeners that break the contract anyway.
+
+See docs/projections.md#containment.
+"""
 
 from __future__ import annotations
 
@@ -26,10 +29,10 @@ def _unit(kit, key: str, **overrides: Any) -> ProjectionUnit[Any, Any]:
     return ProjectionUnit(**fields)
 
 
-def test_10_a_bad_view_fails_only_readers_that_select_it(
+def test_a_bad_view_fails_only_readers_that_select_it(
     registry: ProjectionRegistry, store: SessionStore, counter, kit, emit
 ) -> None:
-    """(03 #10) A render returning a set: snapshot(['counter']) works, snapshot() names the bad key."""
+    """A render returning a set: snapshot(['counter']) works, snapshot() names the bad key."""
     registry.register(counter.unit)
     registry.register(_unit(kit, "setty", view=ClientView(render=lambda s: {1, 2}, schema=kit.any_schema)))
     s = store.create()
@@ -83,10 +86,10 @@ def test_invalid_views_raise_invalid_view_and_never_fail_the_cell(
     assert registry.checkpoint(s)["bad"]["val"] == {"n": 1}
 
 
-def test_12_a_raising_unit_is_disabled_for_that_session_only(
+def test_a_raising_unit_is_disabled_for_that_session_only(
     registry: ProjectionRegistry, store: SessionStore, bomb, counter, emit, changes, caplog
 ) -> None:
-    """(03 #12) bomb raises: appends succeed, counter counts, one error logged, bomb's readers fail."""
+    """bomb raises: appends succeed, counter counts, one error logged, bomb's readers fail."""
     registry.register(bomb.unit)
     registry.register(counter.unit)
     s = store.create()
@@ -136,10 +139,10 @@ def test_removing_the_key_clears_the_failure(registry: ProjectionRegistry, store
         registry.state_of(s, "bomb")
 
 
-def test_13_a_coroutine_apply_fails_the_cell_without_a_warning(
+def test_a_coroutine_apply_fails_the_cell_without_a_warning(
     registry: ProjectionRegistry, store: SessionStore, counter, kit, emit, caplog
 ) -> None:
-    """(03 #13) An async apply: the cell fails, the coroutine is closed (filterwarnings=error proves no warning)."""
+    """An async apply: the cell fails, the coroutine is closed (filterwarnings=error proves no warning)."""
 
     async def apply(state: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
         return state
@@ -207,10 +210,10 @@ def test_a_non_object_apply_result_fails_the_cell(registry: ProjectionRegistry, 
     assert info.value.code == "PROJECTION_UNIT_FAILED"
 
 
-def test_15_a_raising_listener_is_contained(
+def test_a_raising_listener_is_contained(
     registry: ProjectionRegistry, store: SessionStore, counter, emit, caplog
 ) -> None:
-    """(03 #15) A raising listener is logged; the append returns and the second listener is still called."""
+    """A raising listener is logged; the append returns and the second listener is still called."""
     registry.register(counter.unit)
 
     def bad(*args: object) -> None:

@@ -1,4 +1,7 @@
-"""Registration: validation, version conflicts, refcounted sharing and removal (03 §2.1)."""
+"""Registration: validation, version conflicts, refcounted sharing and removal.
+
+See docs/projections.md#registry.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +15,10 @@ from dsh.projection import ClientView, ProjectionError, ProjectionRegistry, Proj
 from dsh.session import SessionStore
 
 
-def test_06_same_key_and_version_share_one_refcounted_unit(
+def test_same_key_and_version_share_one_refcounted_unit(
     registry: ProjectionRegistry, store: SessionStore, counter, kit, emit
 ) -> None:
-    """(03 #6) Two registrations share the first unit; the key survives the first disposer (run twice)."""
+    """Two registrations share the first unit; the key survives the first disposer (run twice)."""
     twin = kit.counting()
     first = registry.register(counter.unit)
     second = registry.register(twin.unit)
@@ -33,8 +36,8 @@ def test_06_same_key_and_version_share_one_refcounted_unit(
     assert registry.checkpoint(s) == {}
 
 
-def test_07_version_conflict_has_the_exact_message(registry: ProjectionRegistry, counter, kit) -> None:
-    """(03 #7) The same key at another stateVersion is refused with the pinned text."""
+def test_version_conflict_has_the_exact_message(registry: ProjectionRegistry, counter, kit) -> None:
+    """The same key at another stateVersion is refused with the exact text."""
     registry.register(counter.unit)
     with pytest.raises(ProjectionError) as info:
         registry.register(kit.counting(version=2).unit)
@@ -46,7 +49,7 @@ def test_07_version_conflict_has_the_exact_message(registry: ProjectionRegistry,
     )
 
 
-def test_07_visibility_conflict_uses_the_same_code(registry: ProjectionRegistry, counter, kit) -> None:
+def test_visibility_conflict_uses_the_same_code(registry: ProjectionRegistry, counter, kit) -> None:
     """Same key and version but different client visibility is a version conflict too."""
     registry.register(counter.unit)
     with pytest.raises(ProjectionError) as info:
@@ -56,8 +59,8 @@ def test_07_visibility_conflict_uses_the_same_code(registry: ProjectionRegistry,
 
 
 @pytest.mark.parametrize(("version", "shown"), [(-1, "-1"), (1.5, "1.5"), (True, "True"), ("1", "'1'")])
-def test_07_invalid_state_versions_are_refused(registry: ProjectionRegistry, counter, version, shown) -> None:
-    """(03 #7) stateVersion -1, 1.5, True (and a string) → PROJECTION_INVALID_UNIT with the pinned text."""
+def test_invalid_state_versions_are_refused(registry: ProjectionRegistry, counter, version, shown) -> None:
+    """stateVersion -1, 1.5, True (and a string) → PROJECTION_INVALID_UNIT with the exact text."""
     unit = replace(counter.unit, state_version=version)
     with pytest.raises(ProjectionError) as info:
         registry.register(unit)
@@ -102,10 +105,10 @@ def test_state_version_zero_is_valid(registry: ProjectionRegistry, counter) -> N
     assert registry.keys() == ("counter",)
 
 
-def test_08_reregistered_key_refolds_from_the_log(
+def test_reregistered_key_refolds_from_the_log(
     registry: ProjectionRegistry, store: SessionStore, counter, emit
 ) -> None:
-    """(03 #8) A removed key's cells are dropped; registering it again refolds from the log."""
+    """A removed key's cells are dropped; registering it again refolds from the log."""
     dispose = registry.register(counter.unit)
     s = store.create()
     emit.user(s)

@@ -1,4 +1,7 @@
-"""`list_sessions`: the live-preferred corpus, its order, its failures and its cancellation (04 §4, §9)."""
+"""`list_sessions`: the live-preferred corpus, its order, its failures and its cancellation.
+
+See docs/query.md#corpus and docs/query.md#query-cancellation.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,11 @@ import pytest
 from dsh.abort import AbortController, AbortSignal
 from dsh.query import SessionQuery, SessionQueryError, SessionRecord
 from dsh.session import HeaderInit, SessionStore
+from tests.query.helpers import FakePersistence, StallingPersistence, authored, headers_of, stored_header
 
-from .conftest import FakePersistence, StallingPersistence, authored, headers_of, stored_header
 
-
-async def test_01_live_only_corpus_newest_first(store: SessionStore) -> None:
-    """(04 #1) Without persistence, live sessions are listed live-only, newest createdAt first."""
+async def test_a_live_only_corpus_lists_newest_first(store: SessionStore) -> None:
+    """Without persistence, live sessions are listed live-only, newest createdAt first."""
     older = store.create("older")
     newer = store.create("newer")
     assert newer.header.created_at > older.header.created_at
@@ -25,8 +27,8 @@ async def test_01_live_only_corpus_newest_first(store: SessionStore) -> None:
     ]
 
 
-async def test_03_live_header_wins_silently(store: SessionStore, author: SessionStore) -> None:
-    """(04 #3) A live header replaces a different persisted header of the same id, with no error."""
+async def test_live_header_wins_silently(store: SessionStore, author: SessionStore) -> None:
+    """A live header replaces a different persisted header of the same id, with no error."""
     persisted, _ = authored(author, "b", header=HeaderInit(agent_preset="x", created_at=7))
     live = store.create("b", header=HeaderInit(agent_preset="y", created_at=7))
     persistence = FakePersistence(rows=[persisted])
@@ -36,15 +38,15 @@ async def test_03_live_header_wins_silently(store: SessionStore, author: Session
     assert persistence.calls["inspect"] == 0
 
 
-async def test_04_order_created_at_desc_then_id(store: SessionStore) -> None:
-    """(04 #4) Ties on createdAt are broken by id ascending; newer createdAt comes first."""
+async def test_records_order_by_created_at_desc_then_id(store: SessionStore) -> None:
+    """Ties on createdAt are broken by id ascending; newer createdAt comes first."""
     for session_id, created_at in (("b", 5), ("a", 5), ("c", 9)):
         store.create(session_id, header=HeaderInit(created_at=created_at))
     assert headers_of(await SessionQuery(store).list_sessions()) == ["c", "a", "b"]
 
 
-async def test_04_order_merges_live_and_persisted(store: SessionStore) -> None:
-    """(04 #4) Persisted-only and live records share one ordering by createdAt desc, then id."""
+async def test_live_and_persisted_records_share_one_order(store: SessionStore) -> None:
+    """Persisted-only and live records share one ordering by createdAt desc, then id."""
     store.create("m", header=HeaderInit(created_at=5))
     persistence = FakePersistence(rows=[stored_header(id="z", createdAt=5), stored_header(id="a", createdAt=1)])
     records = await SessionQuery(store, persistence).list_sessions()
@@ -55,8 +57,8 @@ async def test_04_order_merges_live_and_persisted(store: SessionStore) -> None:
     ]
 
 
-async def test_06_listing_failure_fails_the_whole_call(store: SessionStore) -> None:
-    """(04 #6) A failing `list` raises PERSISTENCE_FAILED with the cause kept; no live-only fallback."""
+async def test_listing_failure_fails_the_whole_call(store: SessionStore) -> None:
+    """A failing `list` raises PERSISTENCE_FAILED with the cause kept; no live-only fallback."""
     store.create("live")
     cause = OSError("disk gone")
     query = SessionQuery(store, FakePersistence(list_error=cause))
@@ -70,8 +72,8 @@ async def test_06_listing_failure_fails_the_whole_call(store: SessionStore) -> N
     assert error.session_id is None
 
 
-async def test_07_conflicting_persisted_duplicates(store: SessionStore) -> None:
-    """(04 #7) One id listed twice with different headers raises SOURCE_CONFLICT with the pinned text."""
+async def test_conflicting_persisted_duplicates_are_a_source_conflict(store: SessionStore) -> None:
+    """One id listed twice with different headers raises SOURCE_CONFLICT with the exact text."""
     rows = [stored_header(id="d", createdAt=1), stored_header(id="d", createdAt=1, agentPreset="other")]
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store, FakePersistence(rows=rows)).list_sessions()
@@ -80,15 +82,15 @@ async def test_07_conflicting_persisted_duplicates(store: SessionStore) -> None:
     assert caught.value.session_id == "d"
 
 
-async def test_07_identical_persisted_duplicates_collapse(store: SessionStore) -> None:
-    """(04 #7) One id listed twice with identical headers yields one record."""
+async def test_identical_persisted_duplicates_collapse(store: SessionStore) -> None:
+    """One id listed twice with identical headers yields one record."""
     rows = [stored_header(id="d", createdAt=1), stored_header(id="d", createdAt=1, delegationDepth=0)]
     records = await SessionQuery(store, FakePersistence(rows=rows)).list_sessions()
     assert records == [SessionRecord(rows[0], live=False, persisted=True)]
 
 
-async def test_07_conflict_is_not_arbitrated_by_a_live_record(store: SessionStore) -> None:
-    """(04 #7) Two different stored headers conflict even when the id is also live."""
+async def test_conflict_is_not_arbitrated_by_a_live_record(store: SessionStore) -> None:
+    """Two different stored headers conflict even when the id is also live."""
     store.create("d")
     rows = [stored_header(id="d", createdAt=1), stored_header(id="d", createdAt=2)]
     with pytest.raises(SessionQueryError) as caught:
@@ -96,8 +98,8 @@ async def test_07_conflict_is_not_arbitrated_by_a_live_record(store: SessionStor
     assert caught.value.code == "SESSION_QUERY_SOURCE_CONFLICT"
 
 
-async def test_08_pre_aborted_signal_never_lists(store: SessionStore) -> None:
-    """(04 #8) A pre-aborted signal raises ABORTED carrying its reason, before any persistence call."""
+async def test_pre_aborted_signal_never_lists(store: SessionStore) -> None:
+    """A pre-aborted signal raises ABORTED carrying its reason, before any persistence call."""
     reason = object()
     persistence = FakePersistence()
     with pytest.raises(SessionQueryError) as caught:
@@ -107,8 +109,8 @@ async def test_08_pre_aborted_signal_never_lists(store: SessionStore) -> None:
     assert persistence.calls["list"] == 0
 
 
-async def test_08_pre_aborted_signal_without_persistence(store: SessionStore) -> None:
-    """(04 #8) A live-only corpus also refuses a pre-aborted signal."""
+async def test_a_pre_aborted_signal_is_refused_without_persistence(store: SessionStore) -> None:
+    """A live-only corpus also refuses a pre-aborted signal."""
     store.create("live")
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store).list_sessions(AbortSignal.aborted_with("stop"))
@@ -117,8 +119,8 @@ async def test_08_pre_aborted_signal_without_persistence(store: SessionStore) ->
 
 
 @pytest.mark.parametrize("ignore_abort", [False, True], ids=["blocking", "ignoring"])
-async def test_09_abort_mid_list_waits_for_settlement(store: SessionStore, ignore_abort: bool) -> None:
-    """(04 #9) `list` gets the caller's signal; an abort mid-call raises ABORTED only after it settled."""
+async def test_abort_mid_list_waits_for_settlement(store: SessionStore, ignore_abort: bool) -> None:
+    """`list` gets the caller's signal; an abort mid-call raises ABORTED only after it settled."""
     persistence = StallingPersistence(rows=[stored_header(id="p")], ignore_abort=ignore_abort)
     controller = AbortController()
     task = asyncio.create_task(SessionQuery(store, persistence).list_sessions(controller.signal))
@@ -139,8 +141,8 @@ async def test_09_abort_mid_list_waits_for_settlement(store: SessionStore, ignor
         assert getattr(caught.value.__cause__, "code", None) == "OPERATION_CANCELLED"
 
 
-async def test_09_abort_after_list_returned(store: SessionStore) -> None:
-    """(04 #9) An abort observed after a successful `list` still raises ABORTED, never a result."""
+async def test_an_abort_after_list_returned_is_still_aborted(store: SessionStore) -> None:
+    """An abort observed after a successful `list` still raises ABORTED, never a result."""
     controller = AbortController()
 
     class AbortingPersistence(FakePersistence):
@@ -156,8 +158,8 @@ async def test_09_abort_after_list_returned(store: SessionStore) -> None:
     assert caught.value.reason == "late"
 
 
-async def test_29_task_cancellation_propagates_unchanged(store: SessionStore) -> None:
-    """(04 #29) Cancelling the listing task raises CancelledError (not a query error) into the backend call."""
+async def test_task_cancellation_propagates_unchanged(store: SessionStore) -> None:
+    """Cancelling the listing task raises CancelledError (not a query error) into the backend call."""
     persistence = StallingPersistence()
     task = asyncio.create_task(SessionQuery(store, persistence).list_sessions(AbortController().signal))
     await asyncio.wait_for(persistence.entered.wait(), 10)
@@ -169,14 +171,14 @@ async def test_29_task_cancellation_propagates_unchanged(store: SessionStore) ->
 
 
 async def test_listing_without_persistence_ignores_unpublished(store: SessionStore) -> None:
-    """(04 #5, live half) A prepared, unpublished session is not part of the live-only corpus."""
+    """A prepared, unpublished session is not part of the live-only corpus."""
     store.prepare("hidden")
     published = store.create("shown")
     assert await SessionQuery(store).list_sessions() == [SessionRecord(published.header, live=True, persisted=False)]
 
 
 async def test_session_published_during_listing_is_included(store: SessionStore) -> None:
-    """(04 §4 step 4) The store is read after the listing settles, so a session published meanwhile appears."""
+    """The store is read after the listing settles, so a session published meanwhile appears."""
     published: list[str] = []
 
     class PublishingPersistence(FakePersistence):

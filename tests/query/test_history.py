@@ -1,4 +1,7 @@
-"""`read_history`: validation, message-aligned pages and the fail-soft projection block (04 §6)."""
+"""`read_history`: validation, message-aligned pages and the fail-soft projection block.
+
+See docs/query.md#history-pages.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from dsh.query import HistoryPage, QueryConfig, SessionQuery, SessionQueryError
 from dsh.query.history import is_message_event, page_bounds
 from dsh.session import Session, SessionEvent, SessionId, SessionStore, SurfaceReplace
 from dsh.session.stored import StoredEvents
-
-from .conftest import FakePersistence, Script, closed_log, counter_unit, observation
+from tests.helpers import examples
+from tests.query.helpers import FakePersistence, Script, closed_log, counter_unit, observation
 
 
 def stored_events(events: Any) -> StoredEvents:
@@ -52,8 +55,10 @@ def registry(store: SessionStore) -> ProjectionRegistry:
     return registry
 
 
-async def test_20_tail_page_of_sixty_messages(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(04 #20) 60 messages: the tail holds 50, has_more, next_before_seq is its first seq, projections at the end."""
+async def test_the_tail_page_of_sixty_messages_holds_the_newest_fifty(
+    store: SessionStore, registry: ProjectionRegistry
+) -> None:
+    """60 messages: the tail holds 50, has_more, next_before_seq is its first seq, projections at the end."""
     session = store.create("s")
     closed_log(session, 30)
     query = SessionQuery(store, projections=registry)
@@ -78,8 +83,8 @@ async def test_20_tail_page_of_sixty_messages(store: SessionStore, registry: Pro
     assert persistence.calls == {"inspect": 1}
 
 
-async def test_20_paging_to_the_start(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(04 #20, 06 #41) The page before the tail holds the remaining 10 messages and ends the history."""
+async def test_the_page_before_the_tail_ends_the_history(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """The page before the tail holds the remaining 10 messages and ends the history."""
     session = store.create("s")
     closed_log(session, 30)
     query = SessionQuery(store, projections=registry)
@@ -105,8 +110,10 @@ def _cited_log(session: Session) -> None:
     assert script.end().seq == 18
 
 
-async def test_21_group_pulls_in_cited_chunks(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(04 #21) The oldest counted message (15) cites chunks 10-14: the page starts at 10, no projections."""
+async def test_a_page_pulls_in_the_chunks_its_oldest_message_cites(
+    store: SessionStore, registry: ProjectionRegistry
+) -> None:
+    """The oldest counted message (15) cites chunks 10-14: the page starts at 10, no projections."""
     session = store.create("s")
     _cited_log(session)
     query = SessionQuery(store, projections=registry)
@@ -123,8 +130,8 @@ async def test_21_group_pulls_in_cited_chunks(store: SessionStore, registry: Pro
     assert cold_page.projections is None
 
 
-async def test_21_large_before_seq_clips(store: SessionStore) -> None:
-    """(04 §6 step 2) A before_seq past the end clips to the log; it is still not a tail page."""
+async def test_a_before_seq_past_the_end_clips_to_the_log(store: SessionStore) -> None:
+    """A before_seq past the end clips to the log; it is still not a tail page."""
     session = store.create("s")
     _cited_log(session)
     page = await SessionQuery(store).read_history(session.id, before_seq=10_000, max_messages=1)
@@ -170,12 +177,12 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=_OPS, limit=st.integers(1, 6), stored=st.booleans())
-def test_22_paging_back_returns_every_event_once(
+def test_paging_back_returns_every_event_once(
     clock: Callable[[], int], ops: list[tuple[str, int]], limit: int, stored: bool
 ) -> None:
-    """(04 #22) Paging back from the tail until has_more is false yields the whole log once, in order."""
+    """Paging back from the tail until has_more is false yields the whole log once, in order."""
     store = SessionStore(clock=clock)
     session = store.create("s")
     _build(session, ops)
@@ -198,8 +205,8 @@ def test_22_paging_back_returns_every_event_once(
     assert pages[-1].next_before_seq is None
 
 
-def test_22_page_bounds_counts_only_appended_messages() -> None:
-    """(04 §6 step 3) Replaces and log-only events never count; a short window gives cut 0."""
+def test_page_bounds_counts_only_appended_messages() -> None:
+    """Replaces and log-only events never count; a short window gives cut 0."""
     store = SessionStore()
     session = store.create("s")
     _build(session, [("user", 0), ("replace", 0), ("note", 0), ("assistant", 2)])
@@ -213,8 +220,8 @@ def test_22_page_bounds_counts_only_appended_messages() -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, 201, "5"])
-async def test_23_invalid_limit(store: SessionStore, bad: object) -> None:
-    """(04 #23) A bad max_messages is INVALID_LIMIT, before the signal and before any read."""
+async def test_an_invalid_limit_is_refused_before_any_read(store: SessionStore, bad: object) -> None:
+    """A bad max_messages is INVALID_LIMIT, before the signal and before any read."""
     persistence = FakePersistence()
     query = SessionQuery(store, persistence)
     with pytest.raises(SessionQueryError) as caught:
@@ -225,8 +232,8 @@ async def test_23_invalid_limit(store: SessionStore, bad: object) -> None:
 
 
 @pytest.mark.parametrize("bad", [-1, "3", True, 2.0])
-async def test_23_invalid_window(store: SessionStore, bad: object) -> None:
-    """(04 #23) A bad before_seq is INVALID_WINDOW, before the signal and before any read."""
+async def test_an_invalid_window_is_refused_before_any_read(store: SessionStore, bad: object) -> None:
+    """A bad before_seq is INVALID_WINDOW, before the signal and before any read."""
     persistence = FakePersistence()
     query = SessionQuery(store, persistence)
     with pytest.raises(SessionQueryError) as caught:
@@ -236,8 +243,8 @@ async def test_23_invalid_window(store: SessionStore, bad: object) -> None:
     assert sum(persistence.calls.values()) == 0
 
 
-async def test_23_limit_follows_config(store: SessionStore) -> None:
-    """(04 §6) The limit range and the default come from QueryConfig."""
+async def test_the_limit_range_and_default_follow_the_config(store: SessionStore) -> None:
+    """The limit range and the default come from QueryConfig."""
     session = store.create("s")
     closed_log(session, 5)
     query = SessionQuery(store, config=QueryConfig(history_default_messages=2, history_max_messages=4))
@@ -248,8 +255,8 @@ async def test_23_limit_follows_config(store: SessionStore) -> None:
     assert str(caught.value) == "history maxMessages must be an integer between 1 and 4, got 5"
 
 
-async def test_23_before_zero_is_an_empty_page(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(04 #23) before_seq=0 yields an empty page without more and without projections."""
+async def test_before_zero_is_an_empty_page(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """before_seq=0 yields an empty page without more and without projections."""
     session = store.create("s")
     closed_log(session, 2)
     page = await SessionQuery(store, projections=registry).read_history(session.id, before_seq=0)
@@ -259,15 +266,16 @@ async def test_23_before_zero_is_an_empty_page(store: SessionStore, registry: Pr
     assert page.projections is None
 
 
-async def test_23_valid_arguments_then_abort(store: SessionStore) -> None:
-    """(04 §9) Valid arguments with a pre-aborted signal raise ABORTED, not a read error."""
+async def test_valid_arguments_with_an_aborted_signal_are_aborted(store: SessionStore) -> None:
+    """Valid arguments with a pre-aborted signal raise ABORTED, not a read error."""
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store).read_history(SessionId("ghost"), signal=AbortSignal.aborted_with("x"))
     assert caught.value.code == "SESSION_QUERY_ABORTED"
 
 
-async def test_24_tail_projections_match_a_growing_log(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(04 #24) While a task keeps appending, every tail page's projections are as of its last event."""
+@pytest.mark.slow
+async def test_tail_projections_match_a_growing_log(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """While a task keeps appending, every tail page's projections are as of its last event."""
     session = store.create("s")
     script = closed_log(session)
     query = SessionQuery(store, FakePersistence(), projections=registry)
@@ -307,10 +315,10 @@ def _apply_explodes(state: Mapping[str, Any], event: SessionEvent) -> Mapping[st
     [counter_unit("broken", render=_explode), counter_unit("broken", apply=_apply_explodes)],
     ids=["render-raises", "apply-raises"],
 )
-async def test_25_broken_unit_is_fail_soft(
+async def test_a_broken_unit_leaves_projections_none_and_serves_the_page(
     store: SessionStore, unit: ProjectionUnit[Any, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """(04 #25) A raising unit leaves projections None with a warning, live and cold; the page is served."""
+    """A raising unit leaves projections None with a warning, live and cold; the page is served."""
     registry = ProjectionRegistry(store)
     registry.register(counter_unit())
     registry.register(unit)
@@ -342,8 +350,8 @@ async def test_25_broken_unit_is_fail_soft(
     assert selected.projections.values == {"counter": {"n": len(session.events)}}
 
 
-async def test_25_without_registry_no_projections(store: SessionStore) -> None:
-    """(04 #25) Without a registry the tail page has projections=None."""
+async def test_without_a_registry_the_page_has_no_projections(store: SessionStore) -> None:
+    """Without a registry the tail page has projections=None."""
     session = store.create("s")
     closed_log(session)
     page = await SessionQuery(store).read_history(session.id)
@@ -351,8 +359,8 @@ async def test_25_without_registry_no_projections(store: SessionStore) -> None:
     assert page.to_json().keys() == {"sessionId", "header", "inheritedEventCount", "live", "events", "hasMore"}
 
 
-async def test_26_live_and_cold_tail_pages_agree(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(04 #26) A closed session's tail page read live and again cold after disposal has equal events and values."""
+async def test_live_and_cold_tail_pages_agree(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """A closed session's tail page read live and again cold after disposal has equal events and values."""
     session = store.create("s")
     closed_log(session, 3, chunks=2)
     live_page = await SessionQuery(store, projections=registry).read_history(session.id)
@@ -366,7 +374,9 @@ async def test_26_live_and_cold_tail_pages_agree(store: SessionStore, registry: 
     assert cold_page.projections.as_of_seq == live_page.projections.as_of_seq
 
 
-async def test_history_page_json(store: SessionStore, registry: ProjectionRegistry) -> None:
+async def test_history_page_json_is_camel_case_and_omits_absent_fields(
+    store: SessionStore, registry: ProjectionRegistry
+) -> None:
     """`HistoryPage.to_json` is camelCase, carries the cut, and omits nextBeforeSeq/projections when None."""
     parent = store.create("p")
     closed_log(parent, 1)

@@ -1,4 +1,7 @@
-"""`trace_session`: ancestors, completeness, cycles and the descendant forest (04 §7)."""
+"""`trace_session`: ancestors, completeness, cycles and the descendant forest.
+
+See docs/query.md#lineage.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,7 @@ import pytest
 from dsh.abort import AbortSignal
 from dsh.query import LineageNode, SessionQuery, SessionQueryError, SessionRecord
 from dsh.session import HeaderInit, SessionHeader, SessionId, SessionStore
-
-from .conftest import FakePersistence, closed_log, stored_header
+from tests.query.helpers import FakePersistence, closed_log, stored_header
 
 
 def ids(records: tuple[SessionRecord, ...]) -> list[str]:
@@ -31,8 +33,8 @@ def chain(store: SessionStore, *session_ids: str) -> None:
         parent = session_id
 
 
-async def test_27_ancestors_root_and_one_listing(store: SessionStore) -> None:
-    """(04 #27) root -> a -> b: ancestors [a, root], complete, root is root, persistence listed exactly once."""
+async def test_ancestors_lead_to_the_root_after_one_listing(store: SessionStore) -> None:
+    """root -> a -> b: ancestors [a, root], complete, root is root, persistence listed exactly once."""
     chain(store, "root", "a", "b")
     persistence = FakePersistence()
     lineage = await SessionQuery(store, persistence).trace_session(SessionId("b"))
@@ -46,8 +48,8 @@ async def test_27_ancestors_root_and_one_listing(store: SessionStore) -> None:
     assert persistence.calls == {"list": 1}
 
 
-async def test_27_parentless_target_is_its_own_root(store: SessionStore) -> None:
-    """(04 §7 step 2) A target without parentSession is complete with itself as root."""
+async def test_parentless_target_is_its_own_root(store: SessionStore) -> None:
+    """A target without parentSession is complete with itself as root."""
     chain(store, "root", "a")
     lineage = await SessionQuery(store).trace_session(SessionId("root"))
     assert lineage.ancestors == ()
@@ -56,8 +58,8 @@ async def test_27_parentless_target_is_its_own_root(store: SessionStore) -> None
     assert tree(lineage.descendants) == [["a", []]]
 
 
-async def test_27_missing_parent_is_incomplete(store: SessionStore) -> None:
-    """(04 #27) A parent id absent from the corpus ends the walk with complete=False and that id."""
+async def test_missing_parent_is_incomplete(store: SessionStore) -> None:
+    """A parent id absent from the corpus ends the walk with complete=False and that id."""
     store.create("a", header=HeaderInit(parent_session="gone"))
     store.create("b", header=HeaderInit(parent_session="a"))
     lineage = await SessionQuery(store).trace_session(SessionId("b"))
@@ -67,8 +69,8 @@ async def test_27_missing_parent_is_incomplete(store: SessionStore) -> None:
     assert lineage.unresolved_parent_id == "gone"
 
 
-async def test_27_persisted_ancestors_count(store: SessionStore) -> None:
-    """(04 §7) Ancestors may be persisted-only records of the corpus."""
+async def test_persisted_only_ancestors_count(store: SessionStore) -> None:
+    """Ancestors may be persisted-only records of the corpus."""
     store.create("b", header=HeaderInit(parent_session="a"))
     persistence = FakePersistence(
         rows=[stored_header(id="a", createdAt=1, parentSession="root"), stored_header(id="root")]
@@ -80,8 +82,8 @@ async def test_27_persisted_ancestors_count(store: SessionStore) -> None:
 
 
 @pytest.mark.parametrize("target", ["x", "y"])
-async def test_27_cycle_is_invalid_lineage(store: SessionStore, target: str) -> None:
-    """(04 #27) A cycle in parentSession links is INVALID_LINEAGE with the exact message."""
+async def test_a_cycle_is_invalid_lineage(store: SessionStore, target: str) -> None:
+    """A cycle in parentSession links is INVALID_LINEAGE with the exact message."""
     rows = [stored_header(id="x", parentSession="y"), stored_header(id="y", parentSession="x")]
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store, FakePersistence(rows=rows)).trace_session(SessionId(target))
@@ -89,8 +91,8 @@ async def test_27_cycle_is_invalid_lineage(store: SessionStore, target: str) -> 
     assert str(caught.value) == f'session lineage contains a cycle at "{target}"'
 
 
-async def test_27_cycle_above_the_target(store: SessionStore) -> None:
-    """(04 §7 step 2) A repeated id above the target is a cycle at that id."""
+async def test_a_cycle_above_the_target_names_the_repeated_id(store: SessionStore) -> None:
+    """A repeated id above the target is a cycle at that id."""
     rows = [
         stored_header(id="t", parentSession="p"),
         stored_header(id="p", parentSession="q"),
@@ -101,16 +103,16 @@ async def test_27_cycle_above_the_target(store: SessionStore) -> None:
     assert str(caught.value) == 'session lineage contains a cycle at "p"'
 
 
-async def test_27_self_parent_is_a_cycle(store: SessionStore) -> None:
-    """(04 §7 step 2) A session naming itself as parent repeats the target id."""
+async def test_self_parent_is_a_cycle(store: SessionStore) -> None:
+    """A session naming itself as parent repeats the target id."""
     rows = [stored_header(id="me", parentSession="me")]
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store, FakePersistence(rows=rows)).trace_session(SessionId("me"))
     assert str(caught.value) == 'session lineage contains a cycle at "me"'
 
 
-async def test_27_descendants_ordered_by_created_at_then_id(store: SessionStore) -> None:
-    """(04 #27) Descendants over every origin are ordered by createdAt ascending, then id."""
+async def test_descendants_are_ordered_by_created_at_then_id(store: SessionStore) -> None:
+    """Descendants over every origin are ordered by createdAt ascending, then id."""
     store.create("root", header=HeaderInit(created_at=1))
     for session_id, created_at, parent, origin in (
         ("c3", 9, "root", None),
@@ -131,8 +133,8 @@ async def test_27_descendants_ordered_by_created_at_then_id(store: SessionStore)
     ]
 
 
-async def test_27_fork_children_are_descendants(store: SessionStore) -> None:
-    """(04 §7 step 3) Fork children (not subagents) appear among the descendants."""
+async def test_fork_children_are_descendants(store: SessionStore) -> None:
+    """Fork children (not subagents) appear among the descendants."""
     parent = store.create("p")
     closed_log(parent)
     store.fork(parent, child_id="f")
@@ -140,16 +142,16 @@ async def test_27_fork_children_are_descendants(store: SessionStore) -> None:
     assert tree(lineage.descendants) == [["f", []]]
 
 
-async def test_27_unknown_target_not_found(store: SessionStore) -> None:
-    """(04 §7 step 1) An id absent from the corpus is SESSION_NOT_FOUND."""
+async def test_an_unknown_target_is_not_found(store: SessionStore) -> None:
+    """An id absent from the corpus is SESSION_NOT_FOUND."""
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store).trace_session(SessionId("ghost"))
     assert caught.value.code == "SESSION_QUERY_SESSION_NOT_FOUND"
     assert str(caught.value) == 'session "ghost" not found'
 
 
-async def test_27_listing_errors_propagate(store: SessionStore) -> None:
-    """(04 §7 step 1) Trace fails with the listing's errors (persistence failure, abort)."""
+async def test_listing_errors_propagate(store: SessionStore) -> None:
+    """Trace fails with the listing's errors (persistence failure, abort)."""
     query = SessionQuery(store, FakePersistence(list_error=OSError("down")))
     with pytest.raises(SessionQueryError) as caught:
         await query.trace_session(SessionId("x"))
@@ -159,8 +161,9 @@ async def test_27_listing_errors_propagate(store: SessionStore) -> None:
     assert aborted.value.code == "SESSION_QUERY_ABORTED"
 
 
-async def test_27_ten_thousand_deep_chain(store: SessionStore) -> None:
-    """(04 #27) A 10,000-deep chain traces both ways without RecursionError (the default limit is 1,000)."""
+@pytest.mark.slow
+async def test_a_ten_thousand_deep_chain_traces_without_recursion_error(store: SessionStore) -> None:
+    """A 10,000-deep chain traces both ways without RecursionError (the default limit is 1,000)."""
     depth = 10_000
     rows = [
         SessionHeader(

@@ -1,4 +1,7 @@
-"""`observe_session`: live wins, one cold inspect, failure mapping, cut checks, `expect` and aborts (04 §5, §9)."""
+"""`observe_session`: live wins, one cold inspect, failure mapping, cut checks, `expect` and aborts.
+
+See docs/query.md#observations and docs/query.md#query-cancellation.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,7 @@ from dsh.persistence.errors import (
 )
 from dsh.query import SessionObservation, SessionQuery, SessionQueryError
 from dsh.session import HeaderInit, SessionHeader, SessionId, SessionStore
-
-from .conftest import (
+from tests.query.helpers import (
     WITNESS_CHANGES,
     FakePersistence,
     RaisingPersistence,
@@ -29,8 +31,8 @@ from .conftest import (
 )
 
 
-async def test_11_live_observation_never_touches_persistence(store: SessionStore) -> None:
-    """(04 #11) A live id is served from the live session (same events, same cut); persistence is never called."""
+async def test_live_observation_never_touches_persistence(store: SessionStore) -> None:
+    """A live id is served from the live session (same events, same cut); persistence is never called."""
     parent = store.create("parent")
     closed_log(parent, 2)
     child = store.fork(parent)
@@ -44,8 +46,8 @@ async def test_11_live_observation_never_touches_persistence(store: SessionStore
     assert sum(persistence.calls.values()) == 0
 
 
-async def test_11_live_events_are_a_bounded_view(store: SessionStore) -> None:
-    """(04 §3) The live events are the session's own objects, not copied, and the view never grows."""
+async def test_live_events_are_a_bounded_view(store: SessionStore) -> None:
+    """The live events are the session's own objects, not copied, and the view never grows."""
     session = store.create("s")
     closed_log(session)
     observed = await SessionQuery(store).observe_session(session.id)
@@ -56,8 +58,10 @@ async def test_11_live_events_are_a_bounded_view(store: SessionStore) -> None:
     assert observed.events.backing is session.events.backing  # type: ignore[attr-defined]
 
 
-async def test_12_cold_observation_with_cut_fake(store: SessionStore, author: SessionStore) -> None:
-    """(04 #12) A cold seeded child is one inspect, no list; the cut and `is_own_seq` come from the observation."""
+async def test_a_cold_seeded_observation_takes_its_cut_from_persistence(
+    store: SessionStore, author: SessionStore
+) -> None:
+    """A cold seeded child is one inspect, no list; the cut and `is_own_seq` come from the observation."""
     parent = author.create("p")
     closed_log(parent, 1)
     child = author.fork(parent)
@@ -75,8 +79,8 @@ async def test_12_cold_observation_with_cut_fake(store: SessionStore, author: Se
     assert observed.is_own_seq(4)
 
 
-async def test_12_cold_events_are_not_copied(store: SessionStore, author: SessionStore) -> None:
-    """(04 §5) The cold observation shares the persistence observation's events object."""
+async def test_cold_events_are_not_copied(store: SessionStore, author: SessionStore) -> None:
+    """The cold observation shares the persistence observation's events object."""
     header, events = authored(author, "c")
     stored = observation(header, events)
     observed = await SessionQuery(store, FakePersistence(logs={"c": stored})).observe_session(SessionId("c"))
@@ -84,8 +88,8 @@ async def test_12_cold_events_are_not_copied(store: SessionStore, author: Sessio
     assert observed == SessionObservation(header, events, 0, live=False)
 
 
-async def test_14_unknown_id_without_persistence(store: SessionStore) -> None:
-    """(04 #14) Without persistence an unknown id is SESSION_NOT_FOUND with the pinned message."""
+async def test_an_unknown_id_without_persistence_is_not_found(store: SessionStore) -> None:
+    """Without persistence an unknown id is SESSION_NOT_FOUND with the exact message."""
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store).observe_session(SessionId("ghost"))
     assert caught.value.code == "SESSION_QUERY_SESSION_NOT_FOUND"
@@ -93,8 +97,8 @@ async def test_14_unknown_id_without_persistence(store: SessionStore) -> None:
     assert caught.value.session_id == "ghost"
 
 
-async def test_14_unknown_id_with_persistence(store: SessionStore) -> None:
-    """(04 #14) Persistence not-found maps to SESSION_NOT_FOUND with the pinned message and the cause kept."""
+async def test_persistence_not_found_maps_to_session_not_found(store: SessionStore) -> None:
+    """Persistence not-found maps to SESSION_NOT_FOUND with the exact message and the cause kept."""
     persistence = FakePersistence()
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store, persistence).observe_session(SessionId("ghost"))
@@ -122,8 +126,10 @@ async def test_14_unknown_id_with_persistence(store: SessionStore) -> None:
     ],
     ids=["corrupt", "format", "io", "other"],
 )
-async def test_15_inspect_failure_mapping(store: SessionStore, error: Exception, code: str, prefix: str) -> None:
-    """(04 #15) Corruption, format refusal and any other failure map to their codes, texts and causes."""
+async def test_inspect_failures_map_to_their_codes(
+    store: SessionStore, error: Exception, code: str, prefix: str
+) -> None:
+    """Corruption, format refusal and any other failure map to their codes, texts and causes."""
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(store, FakePersistence(inspect_error=error)).observe_session(SessionId("s"))
     assert caught.value.code == code
@@ -132,8 +138,8 @@ async def test_15_inspect_failure_mapping(store: SessionStore, error: Exception,
     assert caught.value.session_id == "s"
 
 
-async def test_16_published_during_inspect_returns_live(store: SessionStore, author: SessionStore) -> None:
-    """(04 #16) When the id is published live while `inspect` is pending, the live observation wins."""
+async def test_a_session_published_during_inspect_is_observed_live(store: SessionStore, author: SessionStore) -> None:
+    """When the id is published live while `inspect` is pending, the live observation wins."""
     header, events = authored(author, "s", turns=1)
     gate = asyncio.Event()
     entered = asyncio.Event()
@@ -160,10 +166,10 @@ async def test_16_published_during_inspect_returns_live(store: SessionStore, aut
     [(True, 9), (False, 2), (True, 0), (True, -1)],
     ids=["cut-beyond-log", "unseeded-with-cut", "seeded-without-cut", "negative-cut"],
 )
-async def test_17_inconsistent_cut_is_corrupt(
+async def test_an_inconsistent_cut_is_corrupt(
     store: SessionStore, author: SessionStore, seeded: bool, cut: int
 ) -> None:
-    """(04 #17) A cut beyond the log, or one contradicting `isSeeded`, is CORRUPT_SESSION."""
+    """A cut beyond the log, or one contradicting `isSeeded`, is CORRUPT_SESSION."""
     header, events = authored(author, "s", turns=1)
     assert len(events) == 4
     header = dataclasses.replace(header, is_seeded=seeded)
@@ -175,8 +181,8 @@ async def test_17_inconsistent_cut_is_corrupt(
 
 
 @pytest.mark.parametrize("field", list(WITNESS_CHANGES))
-async def test_18_expect_mismatch_live(store: SessionStore, field: str) -> None:
-    """(04 #18) A live observation differing from `expect` on one witness field is SOURCE_CONFLICT naming it."""
+async def test_a_live_witness_mismatch_is_a_source_conflict(store: SessionStore, field: str) -> None:
+    """A live observation differing from `expect` on one witness field is SOURCE_CONFLICT naming it."""
     session = store.create("s", header=HeaderInit(cwd="/w", agent_preset="p"))
     expect = dataclasses.replace(session.header, **WITNESS_CHANGES[field])  # type: ignore[arg-type]
     with pytest.raises(SessionQueryError) as caught:
@@ -186,8 +192,10 @@ async def test_18_expect_mismatch_live(store: SessionStore, field: str) -> None:
 
 
 @pytest.mark.parametrize("field", list(WITNESS_CHANGES))
-async def test_18_expect_mismatch_cold_fake(store: SessionStore, author: SessionStore, field: str) -> None:
-    """(04 #18) A cold observation differing from `expect` on one witness field is SOURCE_CONFLICT naming it."""
+async def test_a_cold_witness_mismatch_is_a_source_conflict(
+    store: SessionStore, author: SessionStore, field: str
+) -> None:
+    """A cold observation differing from `expect` on one witness field is SOURCE_CONFLICT naming it."""
     header, events = authored(author, "s", header=HeaderInit(cwd="/w", agent_preset="p"))
     expect = dataclasses.replace(header, **WITNESS_CHANGES[field])  # type: ignore[arg-type]
     persistence = FakePersistence(logs={"s": observation(header, events)})
@@ -197,8 +205,8 @@ async def test_18_expect_mismatch_cold_fake(store: SessionStore, author: Session
     assert str(caught.value) == f'session "s" changed lifecycle between listing and observation ({field})'
 
 
-async def test_18_expect_equal_passes_and_absent_depth_equals_zero(store: SessionStore, author: SessionStore) -> None:
-    """(04 #18) An equal `expect` passes; a stored header without `delegationDepth` equals depth 0."""
+async def test_expect_equal_passes_and_absent_depth_equals_zero(store: SessionStore, author: SessionStore) -> None:
+    """An equal `expect` passes; a stored header without `delegationDepth` equals depth 0."""
     _, events = authored(author, "s")
     stored = stored_header(id="s", createdAt=1)  # no delegationDepth key in the stored record
     persistence = FakePersistence(logs={"s": observation(stored, events)})
@@ -209,8 +217,8 @@ async def test_18_expect_equal_passes_and_absent_depth_equals_zero(store: Sessio
     assert (await SessionQuery(store).observe_session(live.id, expect=live.header)).live
 
 
-async def test_19_abort_during_successful_inspect(store: SessionStore, author: SessionStore) -> None:
-    """(04 #19) An inspect that succeeds after the signal aborted still yields ABORTED, never the result."""
+async def test_an_abort_during_a_successful_inspect_is_aborted(store: SessionStore, author: SessionStore) -> None:
+    """An inspect that succeeds after the signal aborted still yields ABORTED, never the result."""
     header, events = authored(author, "s")
     controller = AbortController()
 
@@ -230,8 +238,8 @@ async def test_19_abort_during_successful_inspect(store: SessionStore, author: S
     [OSError("boom"), SessionCorruptionError("bad", session_id="s"), SessionNotFoundError("gone", session_id="s")],
     ids=["io", "corrupt", "not-found"],
 )
-async def test_19_abort_then_raise_is_aborted(store: SessionStore, error: Exception) -> None:
-    """(04 #19) An inspect that aborts and then raises yields ABORTED (not the mapped failure), cause kept."""
+async def test_an_abort_then_an_inspect_failure_is_aborted(store: SessionStore, error: Exception) -> None:
+    """An inspect that aborts and then raises yields ABORTED (not the mapped failure), cause kept."""
     controller = AbortController()
 
     async def abort() -> None:
@@ -245,7 +253,7 @@ async def test_19_abort_then_raise_is_aborted(store: SessionStore, error: Except
 
 
 async def test_pre_aborted_observation_reads_nothing(store: SessionStore) -> None:
-    """(04 §9) A pre-aborted signal raises ABORTED before any read, even for a live id."""
+    """A pre-aborted signal raises ABORTED before any read, even for a live id."""
     store.create("live")
     persistence = FakePersistence()
     query = SessionQuery(store, persistence)
@@ -261,7 +269,7 @@ async def test_pre_aborted_observation_reads_nothing(store: SessionStore) -> Non
 async def test_abort_mid_inspect_waits_for_settlement(
     store: SessionStore, author: SessionStore, ignore_abort: bool
 ) -> None:
-    """(04 §9) An abort during `inspect` is raised as ABORTED only after the backend call settled."""
+    """An abort during `inspect` is raised as ABORTED only after the backend call settled."""
     header, events = authored(author, "s")
     persistence = StallingPersistence(logs={"s": observation(header, events)}, ignore_abort=ignore_abort)
     controller = AbortController()
@@ -279,7 +287,7 @@ async def test_abort_mid_inspect_waits_for_settlement(
 
 
 async def test_task_cancellation_reaches_inspect(store: SessionStore) -> None:
-    """(04 §9) Cancelling an observation task propagates CancelledError into the awaited inspect."""
+    """Cancelling an observation task propagates CancelledError into the awaited inspect."""
     persistence = StallingPersistence()
     task = asyncio.create_task(SessionQuery(store, persistence).observe_session(SessionId("s"), AbortSignal.none()))
     await asyncio.wait_for(persistence.entered.wait(), 10)

@@ -1,4 +1,4 @@
-"""Construction, configuration, the error class and the public surface of `dsh.query` (04 §2, §8)."""
+"""Construction, configuration, the error class and the public surface of `dsh.query`."""
 
 from __future__ import annotations
 
@@ -8,26 +8,25 @@ import dsh.query
 from dsh.errors import ConfigError, DshError
 from dsh.query import QueryConfig, SessionQuery, SessionQueryError
 from dsh.session import SessionStore
+from tests.query.helpers import FakePersistence
 
-from .conftest import FakePersistence
 
-
-def test_30_missing_store_is_config_error() -> None:
-    """(04 #30) Without a session store, construction raises ConfigError CONFIG_INVALID, not a query error."""
+def test_missing_store_is_config_error() -> None:
+    """Without a session store, construction raises ConfigError CONFIG_INVALID, not a query error."""
     with pytest.raises(ConfigError) as caught:
         SessionQuery(None)  # type: ignore[arg-type]
     assert caught.value.code == "CONFIG_INVALID"
     assert not isinstance(caught.value, SessionQueryError)
 
 
-def test_30_wrong_store_type_is_config_error() -> None:
-    """(04 §2) Something that is not a SessionStore is refused at construction."""
+def test_wrong_store_type_is_config_error() -> None:
+    """Something that is not a SessionStore is refused at construction."""
     with pytest.raises(ConfigError):
         SessionQuery(object())  # type: ignore[arg-type]
 
 
-def test_30_default_above_max_is_config_error() -> None:
-    """(04 #30) history_default_messages above history_max_messages raises ConfigError CONFIG_INVALID."""
+def test_default_above_max_is_config_error() -> None:
+    """history_default_messages above history_max_messages raises ConfigError CONFIG_INVALID."""
     with pytest.raises(ConfigError) as caught:
         QueryConfig(history_default_messages=10, history_max_messages=5)
     assert caught.value.code == "CONFIG_INVALID"
@@ -45,27 +44,27 @@ def test_30_default_above_max_is_config_error() -> None:
         {"history_max_messages": 1},
     ],
 )
-def test_30_invalid_config_values(kwargs: dict[str, object]) -> None:
-    """(04 §2) Non-integers, bools, values below 1 and a default above the maximum are CONFIG_INVALID."""
+def test_invalid_config_values_are_config_invalid(kwargs: dict[str, object]) -> None:
+    """Non-integers, bools, values below 1 and a default above the maximum are CONFIG_INVALID."""
     with pytest.raises(ConfigError):
         QueryConfig(**kwargs)  # type: ignore[arg-type]
 
 
-def test_30_wrong_config_type(store: SessionStore) -> None:
-    """(04 §2) A config that is not a QueryConfig is refused at construction."""
+def test_a_config_of_the_wrong_type_is_refused(store: SessionStore) -> None:
+    """A config that is not a QueryConfig is refused at construction."""
     with pytest.raises(ConfigError):
         SessionQuery(store, config={"history_max_messages": 10})  # type: ignore[arg-type]
 
 
-def test_defaults(store: SessionStore) -> None:
-    """(04 §2) Defaults are 50 per page and 200 at most; persistence and registry are optional."""
+def test_defaults_are_fifty_per_page_and_two_hundred_at_most(store: SessionStore) -> None:
+    """Defaults are 50 per page and 200 at most; persistence and registry are optional."""
     query = SessionQuery(store, FakePersistence())
     assert query.config == QueryConfig(history_default_messages=50, history_max_messages=200)
     assert QueryConfig(history_default_messages=1, history_max_messages=1).history_max_messages == 1
 
 
 def test_error_codes_are_the_closed_set() -> None:
-    """(04 §8) SessionQueryError carries exactly the nine codes; reserved and deleted codes are not carried."""
+    """SessionQueryError carries exactly the nine codes; reserved and deleted codes are not carried."""
     assert issubclass(SessionQueryError, DshError)
     assert {
         "SESSION_QUERY_ABORTED",
@@ -91,8 +90,8 @@ def test_error_codes_are_the_closed_set() -> None:
             SessionQueryError("x", code=never)
 
 
-def test_error_attributes() -> None:
-    """(04 §8) The error carries code, session_id and reason, and keeps its cause."""
+def test_the_error_carries_code_session_id_reason_and_cause() -> None:
+    """The error carries code, session_id and reason, and keeps its cause."""
     cause = OSError("x")
     with pytest.raises(SessionQueryError) as caught:
         raise SessionQueryError("aborted", code="SESSION_QUERY_ABORTED", session_id="s", reason="r") from cause
@@ -102,7 +101,7 @@ def test_error_attributes() -> None:
     assert error.message == "aborted"
 
 
-def test_public_names() -> None:
+def test_the_public_names_are_pinned() -> None:
     """The public surface of `dsh.query` is pinned."""
     assert dsh.query.__all__ == [
         "HistoryPage",

@@ -1,4 +1,7 @@
-"""The query over the real memory-backed `PersistenceCoordinator`, with spies counting every call (04 §12)."""
+"""The query over the real memory-backed `PersistenceCoordinator`, with spies counting every call.
+
+The spies prove the query is read-only: it lists and inspects, and never writes to the backend.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +16,15 @@ from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsuppor
 from dsh.projection import ProjectionRegistry
 from dsh.query import SessionQuery, SessionQueryError, SessionRecord
 from dsh.session import HeaderInit, SessionId, SessionStore
-
-from .conftest import WITNESS_CHANGES, Script, Stack, closed_log, counter_unit, store_ids
+from tests.query.helpers import WITNESS_CHANGES, Script, Stack, closed_log, counter_unit, store_ids
 
 
 def _records(log: list[Any]) -> list[dict[str, Any]]:
     return [dict(event) for event in log]
 
 
-async def test_02_live_preferred_merge(stack: Stack) -> None:
-    """(04 #2) Persisted-only A, live-and-persisted B, live-only C: flags and headers as specified, no inspect."""
+async def test_the_corpus_merges_live_and_persisted_records_live_first(stack: Stack) -> None:
+    """Persisted-only A, live-and-persisted B, live-only C: flags by source, live headers win, no inspect."""
     store = stack.store
     a = store.create("a", header=HeaderInit(created_at=3))
     closed_log(a)
@@ -43,8 +45,8 @@ async def test_02_live_preferred_merge(stack: Stack) -> None:
     assert stack.persistence.calls == {"list": 1}
 
 
-async def test_05_invisible_sessions(stack: Stack) -> None:
-    """(04 #5) A created-but-never-appended session and a prepared, unpublished one are not listed."""
+async def test_empty_and_unpublished_sessions_are_not_listed(stack: Stack) -> None:
+    """A created-but-never-appended session and a prepared, unpublished one are not listed."""
     store = stack.store
     empty = store.create("empty")
     await stack.persist(empty)
@@ -65,8 +67,8 @@ async def _cold_fork(stack: Stack) -> tuple[Any, Any]:
     return parent, child
 
 
-async def test_10_seeded_record_exposes_only_is_seeded(stack: Stack) -> None:
-    """(04 #10) A persisted fork child (seedLength 4) lists as is_seeded; its JSON has no integer cut."""
+async def test_a_seeded_record_exposes_only_is_seeded(stack: Stack) -> None:
+    """A persisted fork child (seedLength 4) lists as is_seeded; its JSON has no integer cut."""
     await _cold_fork(stack)
     assert orjson.loads(stack.storage.sessions["child"].header)["seedLength"] == 4
     records = await SessionQuery(stack.store, stack.persistence).list_sessions()
@@ -79,8 +81,8 @@ async def test_10_seeded_record_exposes_only_is_seeded(stack: Stack) -> None:
     assert "inheritedEventCount" not in text
 
 
-async def test_12_cold_seeded_observation(stack: Stack) -> None:
-    """(04 #12) A cold fork child is one inspect and no list; cut 4, is_own_seq(3) false, is_own_seq(4) true."""
+async def test_a_cold_seeded_observation_is_one_inspect_with_its_cut(stack: Stack) -> None:
+    """A cold fork child is one inspect and no list; cut 4, is_own_seq(3) false, is_own_seq(4) true."""
     _, child = await _cold_fork(stack)
     stack.reset_counts()
     signal = AbortController().signal
@@ -95,8 +97,8 @@ async def test_12_cold_seeded_observation(stack: Stack) -> None:
     assert list(observed.events) == list(child.events)
 
 
-async def test_13_open_turn_observed_twice_without_repair(stack: Stack) -> None:
-    """(04 #13) A cold log ending in an open turn is observed with in-memory closers, twice equal, revision kept."""
+async def test_an_open_turn_is_observed_with_closers_and_never_repaired(stack: Stack) -> None:
+    """A cold log ending in an open turn is observed with in-memory closers, twice equal, revision kept."""
     session = stack.store.create("open")
     script = Script(session)
     script.start()
@@ -118,8 +120,8 @@ async def test_13_open_turn_observed_twice_without_repair(stack: Stack) -> None:
     assert stack.backend.mutations() == {}
 
 
-async def test_14_unknown_id_real(stack: Stack) -> None:
-    """(04 #14) An id nobody stored is SESSION_NOT_FOUND after exactly one inspect."""
+async def test_an_unknown_id_is_not_found_after_one_inspect(stack: Stack) -> None:
+    """An id nobody stored is SESSION_NOT_FOUND after exactly one inspect."""
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(stack.store, stack.persistence).observe_session(SessionId("ghost"))
     assert caught.value.code == "SESSION_QUERY_SESSION_NOT_FOUND"
@@ -139,8 +141,8 @@ def _logged(turns: int = 1) -> list[dict[str, Any]]:
     return _records(list(session.events))
 
 
-async def test_15_corrupt_and_unsupported_logs(stack: Stack) -> None:
-    """(04 #15) A corrupt stored log is CORRUPT_SESSION; a newer format is UNSUPPORTED_FORMAT; causes kept."""
+async def test_corrupt_and_unsupported_logs_map_to_their_codes(stack: Stack) -> None:
+    """A corrupt stored log is CORRUPT_SESSION; a newer format is UNSUPPORTED_FORMAT; causes kept."""
     events = _logged()
     gap = [*events[:2], {**events[2], "seq": 7}, *events[3:]]
     stack.author("corrupt", _header("corrupt"), gap)
@@ -162,8 +164,8 @@ async def test_15_corrupt_and_unsupported_logs(stack: Stack) -> None:
     assert stack.backend.mutations() == {}
 
 
-async def test_15_other_inspect_failure(stack: Stack) -> None:
-    """(04 #15) Any other inspect failure (a closed coordinator) is PERSISTENCE_FAILED with the cause kept."""
+async def test_any_other_inspect_failure_is_persistence_failed(stack: Stack) -> None:
+    """Any other inspect failure (a closed coordinator) is PERSISTENCE_FAILED with the cause kept."""
     await stack.coordinator.close()
     with pytest.raises(SessionQueryError) as caught:
         await SessionQuery(stack.store, stack.persistence).observe_session(SessionId("x"))
@@ -172,8 +174,8 @@ async def test_15_other_inspect_failure(stack: Stack) -> None:
     assert getattr(caught.value.__cause__, "code", None) == "PERSISTENCE_CLOSED"
 
 
-async def test_17_stored_cut_beyond_log(stack: Stack) -> None:
-    """(04 #17) An authored log whose stored cut exceeds its event count is CORRUPT_SESSION."""
+async def test_a_stored_cut_beyond_the_log_is_corrupt(stack: Stack) -> None:
+    """An authored log whose stored cut exceeds its event count is CORRUPT_SESSION."""
     events = _logged()
     stack.author("cut", _header("cut", seedLength=len(events) + 5), events)
     with pytest.raises(SessionQueryError) as caught:
@@ -182,8 +184,8 @@ async def test_17_stored_cut_beyond_log(stack: Stack) -> None:
 
 
 @pytest.mark.parametrize("field", list(WITNESS_CHANGES))
-async def test_18_expect_mismatch_cold_real(stack: Stack, field: str) -> None:
-    """(04 #18) A stored session differing from `expect` on one witness field is SOURCE_CONFLICT naming it."""
+async def test_a_stored_witness_mismatch_is_a_source_conflict(stack: Stack, field: str) -> None:
+    """A stored session differing from `expect` on one witness field is SOURCE_CONFLICT naming it."""
     session = stack.store.create("w", header=HeaderInit(cwd="/w", agent_preset="p"))
     closed_log(session)
     await stack.persist(session)
@@ -194,8 +196,8 @@ async def test_18_expect_mismatch_cold_real(stack: Stack, field: str) -> None:
     assert str(caught.value) == f'session "w" changed lifecycle between listing and observation ({field})'
 
 
-async def test_18_absent_delegation_depth_is_zero(stack: Stack) -> None:
-    """(04 #18) A stored header without delegationDepth matches an `expect` with depth 0 (the listed header)."""
+async def test_an_absent_delegation_depth_matches_depth_zero(stack: Stack) -> None:
+    """A stored header without delegationDepth matches an `expect` with depth 0 (the listed header)."""
     events = _logged()
     header = _header("nodepth")
     del header["delegationDepth"]
@@ -207,8 +209,8 @@ async def test_18_absent_delegation_depth_is_zero(stack: Stack) -> None:
     assert observed.header == record.header
 
 
-async def test_26_live_then_cold_tail_pages_agree(stack: Stack) -> None:
-    """(04 #26) A closed session's tail page live, then cold after disposal: equal events and projection values."""
+async def test_live_then_cold_tail_pages_agree(stack: Stack) -> None:
+    """A closed session's tail page live, then cold after disposal: equal events and projection values."""
     registry = ProjectionRegistry(stack.store)
     registry.register(counter_unit())
     session = stack.store.create("h")
@@ -230,8 +232,8 @@ async def test_26_live_then_cold_tail_pages_agree(stack: Stack) -> None:
     assert cold_page.projections.as_of_seq == live_page.projections.as_of_seq == len(session.events) - 1
 
 
-async def test_31_query_never_mutates(stack: Stack) -> None:
-    """(04 #31) After every operation persistence saw only list/inspect, no backend write; the store is unchanged."""
+async def test_query_never_mutates(stack: Stack) -> None:
+    """After every operation persistence saw only list/inspect, no backend write; the store is unchanged."""
     store = stack.store
     registry = ProjectionRegistry(store)
     registry.register(counter_unit())

@@ -1,4 +1,4 @@
-"""`Session.append`: the built event, immutability, vocabulary and data-shape refusals (01 §2, §3, §5.3)."""
+"""`Session.append`: the built event, immutability, the event vocabulary and data-shape refusals."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 
 from dsh.json import FrozenDict, FrozenList, thaw
 from dsh.session import KNOWN_EVENT_TYPES, SessionError, SessionEvent, SessionStore, SurfaceReplace
-from tests.session.session_helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
+from tests.session.helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
 
-_SPEC_TYPES = [
+# The fixed vocabulary: every type this library writes plus the upstream harness's known types.
+_EXPECTED_KNOWN_TYPES = [
     "agent-preset/selected",
     "agent/inbox/spliced",
     "approval/asked",
@@ -73,8 +74,8 @@ def _refused(session: Any, *args: Any, **kwargs: Any) -> SessionError:
     return caught.value
 
 
-def test_09_append_builds_the_canonical_event(store: SessionStore, clock: Any) -> None:
-    """(01 #9) An appended event has seq = previous length, time = clock, canonical key order, frozen data."""
+def test_append_builds_the_canonical_event(store: SessionStore, clock: Any) -> None:
+    """An appended event has seq = previous length, time = clock, canonical key order, frozen data."""
     session = store.create()
     session.append("turn/start", {"turn": 1})
     data = {"turn": 2, "extra": [1, {"k": "v"}]}
@@ -115,8 +116,8 @@ def test_full_canonical_key_order(store: SessionStore) -> None:
     assert type(reply.source_event_seqs) is FrozenList
 
 
-def test_12_committed_events_refuse_mutation(store: SessionStore) -> None:
-    """(01 #12) Item assignment, nested list append and update on a committed event raise TypeError."""
+def test_committed_events_refuse_mutation(store: SessionStore) -> None:
+    """Item assignment, nested list append and update on a committed event raise TypeError."""
     session = store.create()
     event = session.append("session/title", {"title": "t", "messageSeqs": [1, 2], "source": {"kind": "user"}})
     data: Any = event.data
@@ -138,8 +139,8 @@ def test_12_committed_events_refuse_mutation(store: SessionStore) -> None:
     assert event.data == {"title": "t", "messageSeqs": [1, 2], "source": {"kind": "user"}}
 
 
-def test_13_surface_types_get_an_explicit_append_marker(store: SessionStore) -> None:
-    """(01 #13) A surface-eligible append without surface_op stores surfaceOp "append"."""
+def test_surface_types_get_an_explicit_append_marker(store: SessionStore) -> None:
+    """A surface-eligible append without surface_op stores surfaceOp "append"."""
     session = store.create()
     event = session.append("user/message", user_message())
     assert event["surfaceOp"] == "append"
@@ -150,8 +151,8 @@ def test_13_surface_types_get_an_explicit_append_marker(store: SessionStore) -> 
 @pytest.mark.parametrize(
     "kwargs", [{"surface_op": "append"}, {"surface_op": SurfaceReplace(0, 0)}, {"source_event_seqs": [0]}]
 )
-def test_13_log_only_types_refuse_surface_metadata(store: SessionStore, kwargs: dict[str, Any]) -> None:
-    """(01 #13) turn/start with surface_op (or sourceEventSeqs) is INVALID_EVENT."""
+def test_log_only_types_refuse_surface_metadata(store: SessionStore, kwargs: dict[str, Any]) -> None:
+    """turn/start with surface_op (or sourceEventSeqs) is INVALID_EVENT."""
     session = store.create()
     session.append("user/message", user_message())
     error = _refused(session, "turn/start", {"turn": 1}, **kwargs)
@@ -159,8 +160,8 @@ def test_13_log_only_types_refuse_surface_metadata(store: SessionStore, kwargs: 
     assert "log-only" in error.message
 
 
-def test_13_seed_user_message_without_marker_is_refused(store: SessionStore) -> None:
-    """(01 #13) A seed user/message without surfaceOp is INVALID_SEED with the upstream text."""
+def test_seed_user_message_without_marker_is_refused(store: SessionStore) -> None:
+    """A seed user/message without surfaceOp is INVALID_SEED with the upstream text."""
     with pytest.raises(SessionError) as caught:
         store.prepare(seed=[record(0, "user/message", user_message())])
     assert caught.value.code == "INVALID_SEED"
@@ -170,8 +171,8 @@ def test_13_seed_user_message_without_marker_is_refused(store: SessionStore) -> 
     )
 
 
-def test_13_restored_user_message_without_marker_is_refused(store: SessionStore) -> None:
-    """(01 #13) A stored user/message without surfaceOp is refused when restored."""
+def test_restored_user_message_without_marker_is_refused(store: SessionStore) -> None:
+    """A stored user/message without surfaceOp is refused when restored."""
     source = store.create("src")
     source.append("turn/start", {"turn": 1})
     bad = SessionEvent(record(1, "user/message", FrozenDict(user_message())))
@@ -207,8 +208,8 @@ def test_13_restored_user_message_without_marker_is_refused(store: SessionStore)
         ("request/context", {"provider": "p", "model": "m", "contextWindow": -5}),
     ],
 )
-def test_16_malformed_checked_data_is_invalid_event(store: SessionStore, type_: str, data: object) -> None:
-    """(01 #16) Checked types refuse bad shapes (user message without id, non-model assistant source ...)."""
+def test_malformed_checked_data_is_invalid_event(store: SessionStore, type_: str, data: object) -> None:
+    """Checked types refuse bad shapes (user message without id, non-model assistant source ...)."""
     session = store.create()
     error = _refused(session, type_, data)
     assert error.code == "INVALID_EVENT"
@@ -235,8 +236,8 @@ def test_checked_types_accept_extra_keys_and_valid_shapes(store: SessionStore) -
     assert session.surface.nodes == (3, 5, 7)
 
 
-def test_17_unknown_type_needs_ignorable(store: SessionStore) -> None:
-    """(01 #17) An unknown type is INVALID_EVENT unless appended with ignorable=True."""
+def test_unknown_type_needs_ignorable(store: SessionStore) -> None:
+    """An unknown type is INVALID_EVENT unless appended with ignorable=True."""
     session = store.create()
     assert _refused(session, "acme/x", {"a": 1}).code == "INVALID_EVENT"
     event = session.append("acme/x", {"a": 1}, ignorable=True)
@@ -245,11 +246,11 @@ def test_17_unknown_type_needs_ignorable(store: SessionStore) -> None:
     assert session.seq == 1
 
 
-def test_17_known_event_types_is_the_spec_list() -> None:
-    """(01 #17) KNOWN_EVENT_TYPES is a frozenset equal to the list in 01 §2."""
+def test_known_event_types_is_the_fixed_vocabulary() -> None:
+    """KNOWN_EVENT_TYPES is a frozenset of exactly the 48 known types, no more and no fewer."""
     assert type(KNOWN_EVENT_TYPES) is frozenset
-    assert len(_SPEC_TYPES) == len(set(_SPEC_TYPES)) == 48
-    assert frozenset(_SPEC_TYPES) == KNOWN_EVENT_TYPES
+    assert len(_EXPECTED_KNOWN_TYPES) == len(set(_EXPECTED_KNOWN_TYPES)) == 48
+    assert frozenset(_EXPECTED_KNOWN_TYPES) == KNOWN_EVENT_TYPES
 
 
 def test_known_type_with_ignorable_keeps_the_flag(store: SessionStore) -> None:
@@ -269,8 +270,8 @@ def test_known_type_with_ignorable_keeps_the_flag(store: SessionStore) -> None:
         ("request/header", {"reason": "fallback"}),
     ],
 )
-def test_18_constructor_only_and_legacy_types_are_refused(store: SessionStore, type_: str, data: object) -> None:
-    """(01 #18) session/end-seed and legacy vocabulary are INVALID_EVENT, even with ignorable=True."""
+def test_constructor_only_and_legacy_types_are_refused(store: SessionStore, type_: str, data: object) -> None:
+    """session/end-seed (written only by the store) and legacy vocabulary are INVALID_EVENT, even ignorable."""
     session = store.create()
     assert _refused(session, type_, data).code == "INVALID_EVENT"
     assert _refused(session, type_, data, ignorable=True).code == "INVALID_EVENT"

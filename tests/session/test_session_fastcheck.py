@@ -1,4 +1,4 @@
-"""The read path's fast acceptance test never accepts a record the full rules refuse."""
+"""The read path's fast record check never accepts a record the full validation refuses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dsh.session.events import data_problem, envelope_problem, legacy_problem
 from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, FAST_UNSURE, fast_check
+from tests.helpers import examples
 
 
 def _message(role: str, **source: Any) -> dict[str, Any]:
@@ -77,7 +78,7 @@ def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     sample=st.sampled_from(SAMPLES),
     choice=st.integers(0, 10_000),

@@ -1,4 +1,4 @@
-"""`SessionStore.fork`: prefix copy, the inherited cut, boundary and turn rules, error order (01 §8)."""
+"""`SessionStore.fork`: the prefix copy, the inherited cut, boundary and open-turn rules, and which error wins."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from dsh.session import HeaderInit, Session, SessionForkError, SessionStore
-from tests.session.session_helpers import append_closed_turn, assistant_message, turn_end, user_message
+from tests.session.helpers import append_closed_turn, assistant_message, turn_end, user_message
 
 
 def _fork_error(store: SessionStore, *args: Any, **kwargs: Any) -> SessionForkError:
@@ -31,8 +31,8 @@ def _source_with_seven_events(store: SessionStore) -> Session:
     return source
 
 
-def test_36_fork_copies_the_whole_closed_log(store: SessionStore, clock: Any) -> None:
-    """(01 #36) The child has the 7 source events plus end-seed at 7, cut 7, is_seeded, lineage and fresh header."""
+def test_fork_copies_the_whole_closed_log(store: SessionStore, clock: Any) -> None:
+    """The child has the 7 source events plus end-seed at 7, cut 7, is_seeded, lineage and fresh header."""
     source = _source_with_seven_events(store)
     created: list[Session] = []
     store.on_created(created.append)
@@ -87,8 +87,8 @@ def test_fork_by_id_and_with_an_earlier_boundary(store: SessionStore) -> None:
     ]
 
 
-def test_37_empty_source_forks_to_an_empty_prefix(store: SessionStore) -> None:
-    """(01 #37) An empty source forks to a child with end-seed at 0, cut 0, not seeded, parent set."""
+def test_empty_source_forks_to_an_empty_prefix(store: SessionStore) -> None:
+    """An empty source forks to a child with end-seed at 0, cut 0, not seeded, parent set."""
     store.create("empty")
     child = store.fork("empty")
     assert child.seq == 1
@@ -109,8 +109,8 @@ def test_fork_of_a_fork_keeps_a_single_trailing_marker(store: SessionStore) -> N
     assert grandchild.header.parent_session == child.id
 
 
-def test_38_boundary_inside_an_open_turn_is_refused(store: SessionStore) -> None:
-    """(01 #38) A prefix ending inside turn 2 is OPEN_TURN; an earlier boundary after turn 1 plus log-only works."""
+def test_boundary_inside_an_open_turn_is_refused(store: SessionStore) -> None:
+    """A prefix ending inside turn 2 is OPEN_TURN; an earlier boundary after turn 1 plus log-only works."""
     source = store.create("src")
     append_closed_turn(source, 1)  # seqs 0-3
     source.append("session/title", {"title": "t"})  # 4: log-only after a closed turn
@@ -140,30 +140,30 @@ def test_38_boundary_inside_an_open_turn_is_refused(store: SessionStore) -> None
         (7, 'fork boundary 7 does not exist in session "src" (last seq: 6)'),
     ],
 )
-def test_39_invalid_boundaries(store: SessionStore, boundary: Any, text: str) -> None:
-    """(01 #39) -1, 1.5, True, 2**53 and last+1 are INVALID_BOUNDARY with the matching text."""
+def test_invalid_boundaries_are_refused_with_the_exact_text(store: SessionStore, boundary: Any, text: str) -> None:
+    """-1, 1.5, True, 2**53 and last+1 are INVALID_BOUNDARY with the matching text."""
     _source_with_seven_events(store)
     error = _fork_error(store, "src", boundary=boundary)
     assert error.code == "INVALID_BOUNDARY"
     assert error.message == text
 
 
-def test_39_boundary_on_an_empty_source_names_no_last_seq(store: SessionStore) -> None:
-    """(01 #39) A boundary on an empty source reports `last seq: none`."""
+def test_boundary_on_an_empty_source_names_no_last_seq(store: SessionStore) -> None:
+    """A boundary on an empty source reports `last seq: none`."""
     store.create("empty")
     error = _fork_error(store, "empty", boundary=0)
     assert error.message == 'fork boundary 0 does not exist in session "empty" (last seq: none)'
 
 
-def test_40_unknown_source_is_not_found(store: SessionStore) -> None:
-    """(01 #40) An unknown source id is SESSION_NOT_FOUND."""
+def test_unknown_source_is_not_found(store: SessionStore) -> None:
+    """An unknown source id is SESSION_NOT_FOUND."""
     error = _fork_error(store, "ghost")
     assert error.code == "SESSION_NOT_FOUND"
     assert error.message == 'session "ghost" not found'
 
 
-def test_40_replaced_source_object_is_not_live(store: SessionStore) -> None:
-    """(01 #40) A disposed-and-replaced source object is SESSION_NOT_LIVE."""
+def test_replaced_source_object_is_not_live(store: SessionStore) -> None:
+    """A disposed-and-replaced source object is SESSION_NOT_LIVE."""
     old = store.create("src")
     store.dispose(old)
     store.create("src")
@@ -174,8 +174,8 @@ def test_40_replaced_source_object_is_not_live(store: SessionStore) -> None:
     assert _fork_error(store, prepared).code == "SESSION_NOT_LIVE"
 
 
-def test_40_live_child_id_is_checked_first(store: SessionStore) -> None:
-    """(01 #40) A live child_id is SESSION_ALREADY_EXISTS, checked before the source (even an unknown one)."""
+def test_live_child_id_is_checked_before_the_source(store: SessionStore) -> None:
+    """A live child_id is SESSION_ALREADY_EXISTS, checked before the source (even an unknown one)."""
     store.create("taken")
     error = _fork_error(store, "ghost", child_id="taken")
     assert error.code == "SESSION_ALREADY_EXISTS"

@@ -1,4 +1,4 @@
-"""Session headers: creation defaults, validation texts, the stored form and the lifecycle witness (01 §1)."""
+"""Session headers: creation defaults, validation texts, the stored form and the lifecycle witness."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ def _invalid_header(store: SessionStore, **fields: Any) -> SessionError:
     return caught.value
 
 
-def test_01_thousand_creates_mint_distinct_ulids(clock: Any) -> None:
-    """(01 #1) 1,000 creates with the real id factory give distinct 26-char ULIDs and default headers."""
+def test_thousand_creates_mint_distinct_ulids(clock: Any) -> None:
+    """1,000 creates with the real id factory give distinct 26-char ULIDs and default headers."""
     store = SessionStore(clock=clock)
     before_ms = time.time_ns() // 1_000_000
     seen: set[str] = set()
@@ -62,8 +62,8 @@ def test_new_session_id_is_lowercase_crockford() -> None:
     assert _ULID.match(new_session_id())
 
 
-def test_02_relative_cwd_is_refused(store: SessionStore) -> None:
-    """(01 #2) A relative cwd is refused with the upstream text."""
+def test_relative_cwd_is_refused(store: SessionStore) -> None:
+    """A relative cwd is refused with the upstream text."""
     error = _invalid_header(store, cwd="rel/dir")
     assert error.message == 'session header cwd must be an absolute path, got "rel/dir"'
     assert store.list() == ()
@@ -76,8 +76,8 @@ def test_absolute_cwd_is_kept_verbatim(store: SessionStore) -> None:
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, 2**53])
-def test_03_invalid_created_at_is_refused(store: SessionStore, value: object) -> None:
-    """(01 #3) createdAt of -1, 1.5, True or 2**53 is refused with the createdAt text."""
+def test_invalid_created_at_is_refused(store: SessionStore, value: object) -> None:
+    """createdAt of -1, 1.5, True or 2**53 is refused with the createdAt text."""
     error = _invalid_header(store, created_at=value)
     assert error.message == "session header createdAt must be a non-negative safe integer"
 
@@ -88,15 +88,15 @@ def test_explicit_created_at_is_used(store: SessionStore) -> None:
     assert store.create(header=HeaderInit(created_at=2**53 - 1)).header.created_at == 2**53 - 1
 
 
-def test_04_invalid_origin_names_the_field(store: SessionStore) -> None:
-    """(01 #4) origin="child" is refused naming origin."""
+def test_invalid_origin_names_the_field(store: SessionStore) -> None:
+    """origin="child" is refused naming origin."""
     error = _invalid_header(store, origin="child")
     assert error.message == 'session header origin must be "subagent"'
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, 2**53, "1"])
-def test_04_invalid_delegation_depth_names_the_field(store: SessionStore, value: object) -> None:
-    """(01 #4) a negative (or otherwise unsafe) delegation depth is refused naming delegationDepth."""
+def test_invalid_delegation_depth_names_the_field(store: SessionStore, value: object) -> None:
+    """A negative (or otherwise unsafe) delegation depth is refused naming delegationDepth."""
     error = _invalid_header(store, delegation_depth=value)
     assert error.message == "session header delegationDepth must be a non-negative safe integer"
 
@@ -190,8 +190,8 @@ def test_traversal_looking_ids_are_legal(store: SessionStore, session_id: str) -
     assert encode_segment(session_id) not in {".", ".."}
 
 
-def test_05_stored_header_round_trips_with_key_order() -> None:
-    """(01 #5) A stored record with seedLength 3 reads as seeded with cut 3 and writes back identically."""
+def test_stored_header_round_trips_with_key_order() -> None:
+    """A stored record with seedLength 3 reads as seeded with cut 3 and writes back identically."""
     record = {"type": "session", "version": 0, "id": "s1", "createdAt": 5, "seedLength": 3, "delegationDepth": 1}
     header, count = SessionHeader.from_stored(record)
     assert header.is_seeded is True
@@ -229,8 +229,8 @@ def test_stored_header_full_key_order() -> None:
     assert SessionHeader.from_stored(header.to_stored(4)) == (header, 4)
 
 
-def test_06_unseeded_header_omits_seed_length() -> None:
-    """(01 #6) With count 0, seedLength is absent and delegationDepth is present as 0."""
+def test_unseeded_header_omits_seed_length() -> None:
+    """With count 0, seedLength is absent and delegationDepth is present as 0."""
     header = SessionHeader(version=0, id="s", created_at=1)
     stored = header.to_stored(0)
     assert "seedLength" not in stored
@@ -263,15 +263,15 @@ def test_to_json_wire_form() -> None:
 
 
 @pytest.mark.parametrize("key", ["sandboxMode", "approvalPolicy"])
-def test_07_retired_policy_keys_are_rejected(key: str) -> None:
-    """(01 #7) A stored header with a retired policy key is rejected with the upstream text."""
+def test_retired_policy_keys_are_rejected(key: str) -> None:
+    """A stored header with a retired policy key is rejected with the upstream text."""
     record = {"type": "session", "version": 0, "id": "s", "createdAt": 1, "delegationDepth": 0, key: "x"}
     with pytest.raises(StoredHeaderError, match="session header uses retired policy baseline fields"):
         SessionHeader.from_stored(record)
 
 
-def test_07_unknown_keys_are_ignored_and_depth_defaults_to_zero() -> None:
-    """(01 #7) An unknown extra key is ignored (not carried forward); a missing delegationDepth reads as 0."""
+def test_unknown_keys_are_ignored_and_depth_defaults_to_zero() -> None:
+    """An unknown extra key is ignored (not carried forward); a missing delegationDepth reads as 0."""
     record = {"type": "session", "version": 0, "id": "s", "createdAt": 1, "futureField": {"x": 1}}
     header, count = SessionHeader.from_stored(record)
     assert count == 0
@@ -315,8 +315,8 @@ def test_stored_header_field_rules(changes: dict[str, Any], fragment: str) -> No
     assert caught.value.version_problem is False
 
 
-def test_08_headers_differing_only_in_is_seeded_are_unequal() -> None:
-    """(01 #8) Two headers that differ only in is_seeded are different lifecycles."""
+def test_headers_differing_only_in_is_seeded_are_unequal() -> None:
+    """Two headers that differ only in is_seeded are different lifecycles (docs/glossary.md#witness)."""
     a = SessionHeader(version=0, id="s", created_at=1, is_seeded=False)
     b = dataclasses.replace(a, is_seeded=True)
     assert a != b

@@ -1,4 +1,4 @@
-"""The JSON boundary at append: non-JSON data is refused with a path and nothing is appended (01 §4, §5.3)."""
+"""The JSON boundary at append: non-JSON data is refused with a path and nothing is appended."""
 
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def _title_session(store: SessionStore) -> Session:
 
 
 @pytest.mark.parametrize(("label", "data", "path"), _REFUSED, ids=[item[0] for item in _REFUSED])
-def test_10_non_json_data_is_refused_with_a_path(store: SessionStore, label: str, data: Any, path: str) -> None:
-    """(01 #10) Each non-JSON value is refused as NOT_JSON with its JSON path; seq and events are unchanged."""
+def test_non_json_data_is_refused_with_a_path(store: SessionStore, label: str, data: Any, path: str) -> None:
+    """Each non-JSON value is refused as NOT_JSON with its JSON path; seq and events are unchanged."""
     session = _title_session(store)
     events_before = list(session.events)
     with pytest.raises(NotJsonError) as caught:
@@ -122,8 +122,8 @@ def test_10_non_json_data_is_refused_with_a_path(store: SessionStore, label: str
     assert list(session.events) == events_before
 
 
-def test_10_top_level_non_json_value_path_is_root(store: SessionStore) -> None:
-    """(01 #10) A non-JSON top-level value is reported at `$`."""
+def test_top_level_non_json_value_path_is_root(store: SessionStore) -> None:
+    """A non-JSON top-level value is reported at `$`."""
     session = _title_session(store)
     with pytest.raises(NotJsonError) as caught:
         session.append("session/title", {1, 2})
@@ -136,8 +136,8 @@ def test_not_json_error_is_a_value_error() -> None:
     assert issubclass(NotJsonError, ValueError)
 
 
-def test_11_shared_acyclic_sub_objects_are_accepted(store: SessionStore) -> None:
-    """(01 #11) A sub-dict used twice (no cycle) is accepted and copied at both places."""
+def test_shared_acyclic_sub_objects_are_accepted(store: SessionStore) -> None:
+    """A sub-dict used twice (no cycle) is accepted and copied at both places."""
     session = _title_session(store)
     shared = {"a": [1, 2]}
     event = session.append("session/title", {"x": shared, "y": shared, "z": [shared, shared]})
@@ -153,8 +153,8 @@ def _nested_lists(depth: int) -> list[Any]:
     return value
 
 
-def test_11_value_exactly_at_the_cap_is_accepted(store: SessionStore) -> None:
-    """(01 #11) Data nested so that event + data is exactly 200 levels is accepted."""
+def test_value_exactly_at_the_depth_cap_is_accepted(store: SessionStore) -> None:
+    """Data nested so that event + data is exactly 200 levels is accepted."""
     session = _title_session(store)
     data_depth = MAX_DEPTH - 1  # the envelope is the first level
     event = session.append("session/title", _nested_lists(data_depth))
@@ -167,8 +167,8 @@ def test_11_value_exactly_at_the_cap_is_accepted(store: SessionStore) -> None:
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH, MAX_DEPTH + 1, 100_000])
-def test_11_nesting_past_the_cap_is_a_clean_refusal(store: SessionStore, depth: int) -> None:
-    """(01 #11) Nesting just past the cap, or 100,000 deep, is NOT_JSON at the crossing path (no RecursionError)."""
+def test_nesting_past_the_depth_cap_is_a_clean_refusal(store: SessionStore, depth: int) -> None:
+    """Nesting just past the cap, or 100,000 deep, is NOT_JSON at the crossing path (no RecursionError)."""
     session = _title_session(store)
     data = _nested_lists(depth)
     with pytest.raises(NotJsonError) as caught:
@@ -179,8 +179,8 @@ def test_11_nesting_past_the_cap_is_a_clean_refusal(store: SessionStore, depth: 
     assert session.seq == 1
 
 
-def test_11_deep_nesting_inside_objects_reports_the_key_path(store: SessionStore) -> None:
-    """(01 #11) The depth refusal path names object keys on the way down."""
+def test_deep_nesting_inside_objects_reports_the_key_path(store: SessionStore) -> None:
+    """The depth refusal path names object keys on the way down."""
     session = _title_session(store)
     data: Any = 0
     for _ in range(MAX_DEPTH):

@@ -1,4 +1,7 @@
-"""Store notifications: event containment, reentrancy, veto, flush barrier, disposal (01 §5.3, §7.1)."""
+"""Store notifications: contained listener failures, reentrancy, the created veto, the flush barrier, disposal.
+
+The flush barrier is described in docs/glossary.md#flush-barrier.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 import pytest
 
 from dsh.session import Session, SessionError, SessionEvent, SessionStore
-from tests.session.session_helpers import turn_end
+from tests.session.helpers import turn_end
 
 _LOGGER = "dsh.session.store"
 _GUARD = 5.0  # seconds; only guards against a hang, never measures anything
@@ -19,8 +22,8 @@ def _records_naming(caplog: pytest.LogCaptureFixture, session_id: str) -> list[l
     return [r for r in caplog.records if r.name == _LOGGER and f'session "{session_id}"' in r.getMessage()]
 
 
-def test_21_a_raising_event_listener_is_contained(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
-    """(01 #21) With three listeners where the second raises, 1 and 3 still see the event and one record is logged."""
+def test_a_raising_event_listener_is_contained(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    """With three listeners where the second raises, 1 and 3 still see the event and one record is logged."""
     seen: list[tuple[str, SessionEvent]] = []
     store.on_event(lambda s, e: seen.append(("first", e)))
 
@@ -40,8 +43,8 @@ def test_21_a_raising_event_listener_is_contained(store: SessionStore, caplog: p
     assert records[0].exc_info is not None
 
 
-def test_22_reentrant_append_is_refused_and_contained(store: SessionStore) -> None:
-    """(01 #22) A listener appending to the same session gets APPEND_REENTRANT; later listeners still see the event."""
+def test_reentrant_append_is_refused_and_contained(store: SessionStore) -> None:
+    """A listener appending to the same session gets APPEND_REENTRANT; later listeners still see the event."""
     inner_errors: list[SessionError] = []
     later: list[SessionEvent] = []
 
@@ -61,10 +64,8 @@ def test_22_reentrant_append_is_refused_and_contained(store: SessionStore) -> No
     assert session.seq == 1
 
 
-def test_22_uncaught_reentrant_append_is_logged_not_raised(
-    store: SessionStore, caplog: pytest.LogCaptureFixture
-) -> None:
-    """(01 #22) An uncaught reentrant failure is contained like any listener failure."""
+def test_uncaught_reentrant_append_is_logged_not_raised(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    """An uncaught reentrant failure is contained like any listener failure."""
     store.on_event(lambda s, e: s.append("turn/end", turn_end(1)))
     session = store.create()
     with caplog.at_level(logging.ERROR, logger=_LOGGER):
@@ -74,8 +75,8 @@ def test_22_uncaught_reentrant_append_is_logged_not_raised(
     assert session.append("turn/end", turn_end(1)).seq == 1  # the guard is released afterwards
 
 
-def test_23_listener_may_append_to_another_session(store: SessionStore) -> None:
-    """(01 #23) A listener that appends to another live session succeeds, and that append is notified too."""
+def test_listener_may_append_to_another_session(store: SessionStore) -> None:
+    """A listener that appends to another live session succeeds, and that append is notified too."""
     notified: list[tuple[str, int]] = []
     mirror = store.create("mirror")
     source = store.create("source")
@@ -92,10 +93,10 @@ def test_23_listener_may_append_to_another_session(store: SessionStore) -> None:
     assert notified == [("source", 0), ("mirror", 0)]
 
 
-async def test_24_async_listener_failure_is_logged_after_append_returned(
+async def test_async_listener_failure_is_logged_after_append_returned(
     store: SessionStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """(01 #24) An async listener that raises is logged once it runs; append returned before that."""
+    """An async listener that raises is logged once it runs; append returned before that."""
     ran = asyncio.Event()
 
     async def broken(session: Session, event: SessionEvent) -> None:
@@ -157,8 +158,8 @@ def test_async_listener_outside_a_loop_is_logged_and_closed(
     assert len(_records_naming(caplog, session.id)) == 1
 
 
-def test_25_created_veto_rolls_back_publication(store: SessionStore) -> None:
-    """(01 #25) A raising created listener vetoes: publish re-raises, get is None, one disposed fired, retired."""
+def test_created_veto_rolls_back_publication(store: SessionStore) -> None:
+    """A raising created listener vetoes: publish re-raises, get is None, one disposed fired, retired."""
     disposed: list[Session] = []
     later_created: list[Session] = []
 
@@ -198,8 +199,8 @@ def test_created_sees_prepared_events_in_the_log(store: SessionStore) -> None:
     assert notified == []
 
 
-async def test_27_flush_waits_for_all_and_raises_the_first_failure(store: SessionStore) -> None:
-    """(01 #27) flush waits for a slow listener after another failed at once, then raises the first failure."""
+async def test_flush_waits_for_all_and_raises_the_first_failure(store: SessionStore) -> None:
+    """flush waits for a slow listener after another failed at once, then raises the first failure."""
     release = asyncio.Event()
     failed = asyncio.Event()
     settled: list[str] = []
@@ -227,8 +228,8 @@ async def test_27_flush_waits_for_all_and_raises_the_first_failure(store: Sessio
     assert settled == ["slow"]
 
 
-async def test_27_flush_failure_order_is_registration_order(store: SessionStore) -> None:
-    """(01 #27) When both fail, the first listener in registration order wins, not the first in time."""
+async def test_flush_failure_order_is_registration_order(store: SessionStore) -> None:
+    """When both fail, the first listener in registration order wins, not the first in time."""
     release = asyncio.Event()
 
     async def first_late(session: Session) -> None:
@@ -246,8 +247,8 @@ async def test_27_flush_failure_order_is_registration_order(store: SessionStore)
         await asyncio.wait_for(store.flush(session), _GUARD)
 
 
-async def test_27_flush_result_says_whether_anyone_participated(store: SessionStore) -> None:
-    """(01 #27) flush returns False with no listeners and True when a listener ran."""
+async def test_flush_result_says_whether_anyone_participated(store: SessionStore) -> None:
+    """flush returns False with no listeners and True when a listener ran."""
     session = store.create()
     assert await store.flush(session) is False
     calls: list[Session] = []
@@ -262,8 +263,8 @@ async def test_27_flush_result_says_whether_anyone_participated(store: SessionSt
     assert await store.flush(session) is False
 
 
-async def test_28_flush_of_a_session_not_live_is_refused(store: SessionStore) -> None:
-    """(01 #28) Flushing an unpublished or disposed session raises SESSION_NOT_LIVE."""
+async def test_flush_of_a_session_not_live_is_refused(store: SessionStore) -> None:
+    """Flushing an unpublished or disposed session raises SESSION_NOT_LIVE."""
     prepared = store.prepare("p")
     with pytest.raises(SessionError) as caught:
         await store.flush(prepared)
@@ -276,8 +277,8 @@ async def test_28_flush_of_a_session_not_live_is_refused(store: SessionStore) ->
     assert caught.value.code == "SESSION_NOT_LIVE"
 
 
-def test_29_dispose_is_idempotent(store: SessionStore) -> None:
-    """(01 #29) Disposing twice notifies once, the second call returns False, and appends raise SESSION_RETIRED."""
+def test_dispose_is_idempotent(store: SessionStore) -> None:
+    """Disposing twice notifies once, the second call returns False, and appends raise SESSION_RETIRED."""
     disposed: list[Session] = []
     store.on_disposed(disposed.append)
     session = store.create()
@@ -299,8 +300,8 @@ def test_dispose_of_an_unpublished_session_is_false(store: SessionStore) -> None
     assert disposed == []
 
 
-def test_29_disposed_listener_failures_are_contained(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
-    """(01 #29) A raising disposed listener is logged; later disposed listeners still run."""
+def test_disposed_listener_failures_are_contained(store: SessionStore, caplog: pytest.LogCaptureFixture) -> None:
+    """A raising disposed listener is logged; later disposed listeners still run."""
     later: list[Session] = []
 
     def broken(session: Session) -> None:
@@ -315,8 +316,8 @@ def test_29_disposed_listener_failures_are_contained(store: SessionStore, caplog
     assert len(_records_naming(caplog, session.id)) == 1
 
 
-def test_30_dispose_from_an_event_listener_waits_for_publication(store: SessionStore) -> None:
-    """(01 #30) A listener that disposes its session: later listeners still run, disposed fires after unwinding."""
+def test_dispose_from_an_event_listener_waits_for_publication(store: SessionStore) -> None:
+    """A listener that disposes its session: later listeners still run, disposed fires after unwinding."""
     order: list[str] = []
     store.on_event(lambda s, e: order.append(f"dispose-requested:{store.dispose(s)}"))
     store.on_event(lambda s, e: order.append(f"second:{s.state}"))
@@ -331,8 +332,8 @@ def test_30_dispose_from_an_event_listener_waits_for_publication(store: SessionS
     assert store.dispose(session) is False
 
 
-def test_30_repeated_dispose_during_publication_notifies_once(store: SessionStore) -> None:
-    """(01 #30) Two dispose calls during one publication give one disposed notification."""
+def test_repeated_dispose_during_publication_notifies_once(store: SessionStore) -> None:
+    """Two dispose calls during one publication give one disposed notification."""
     results: list[bool] = []
     disposed: list[Session] = []
     store.on_event(lambda s, e: results.append(store.dispose(s)))

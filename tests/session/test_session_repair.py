@@ -1,4 +1,4 @@
-"""Crash repair: `interrupted_turn_closers` and the two model-visible texts (01 §6)."""
+"""Crash repair: `interrupted_turn_closers` and the two model-visible texts (docs/architecture.md#crash-repair)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from dsh.session import (
     interrupted_turn_closers,
     last_activity_time,
 )
-from tests.session.session_helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
+from tests.helpers import examples
+from tests.session.helpers import assistant_message, record, tool_call, tool_result, turn_end, user_message
 
 _NOT_STARTED = (
     "This tool call was interrupted before it was recorded as started; it is fine to retry it if it is still needed."
@@ -44,7 +45,7 @@ def _open_tool_turn(session: Session) -> None:
 
 
 def test_repair_texts_are_frozen() -> None:
-    """(01 §6) The two model-visible texts are pinned, one line each, with no trailing newline."""
+    """The two model-visible texts are pinned, one line each, with no trailing newline."""
     assert TOOL_NOT_STARTED_TEXT == _NOT_STARTED
     assert TOOL_OUTCOME_UNKNOWN_TEXT == _OUTCOME_UNKNOWN
     for text in (TOOL_NOT_STARTED_TEXT, TOOL_OUTCOME_UNKNOWN_TEXT):
@@ -53,8 +54,8 @@ def test_repair_texts_are_frozen() -> None:
         assert text == text.strip()
 
 
-def test_repair_texts_convey_what_the_spec_requires() -> None:
-    """(01 §6) Not-started: interrupted before starting, retry is fine; unknown: verify first, never retry blindly."""
+def test_repair_texts_tell_the_model_when_a_retry_is_safe() -> None:
+    """Not-started: interrupted before starting, retry is fine; unknown: verify first, never retry blindly."""
     not_started = TOOL_NOT_STARTED_TEXT.lower()
     for phrase in ("interrupted", "before", "recorded as started", "retry", "still needed"):
         assert phrase in not_started, phrase
@@ -72,8 +73,8 @@ def test_repair_texts_convey_what_the_spec_requires() -> None:
         assert phrase in unknown, phrase
 
 
-def test_41_balanced_or_empty_logs_need_no_closers() -> None:
-    """(01 #41) A balanced log or an empty one yields []."""
+def test_balanced_or_empty_logs_need_no_closers() -> None:
+    """A balanced log or an empty one yields []."""
     session = _store().create()
     assert interrupted_turn_closers(session.events) == []
     session.append("turn/start", {"turn": 1})
@@ -82,8 +83,8 @@ def test_41_balanced_or_empty_logs_need_no_closers() -> None:
     assert interrupted_turn_closers(session.events) == []
 
 
-def test_41_open_turn_without_step_gets_one_turn_end() -> None:
-    """(01 #41) An open turn without a step gets one interrupted turn/end with the last event's time."""
+def test_open_turn_without_step_gets_one_turn_end() -> None:
+    """An open turn without a step gets one interrupted turn/end with the last event's time."""
     session = _store().create()
     session.append("turn/start", {"turn": 3})
     last = session.append("user/message", user_message())
@@ -95,8 +96,8 @@ def test_41_open_turn_without_step_gets_one_turn_end() -> None:
     assert list(closers[0]) == ["type", "seq", "time", "data"]
 
 
-def test_42_open_step_is_closed_before_the_turn() -> None:
-    """(01 #42) An open step gets step/end before turn/end, seqs continuing the log."""
+def test_open_step_is_closed_before_the_turn() -> None:
+    """An open step gets step/end before turn/end, seqs continuing the log."""
     session = _store().create()
     session.append("turn/start", {"turn": 1})
     session.append("step/start", {"turn": 1, "step": 2})
@@ -106,8 +107,8 @@ def test_42_open_step_is_closed_before_the_turn() -> None:
     assert closers[0].data == {"turn": 1, "step": 2}
 
 
-def test_43_unrecorded_tool_call_gets_a_not_started_result() -> None:
-    """(01 #43) A tool-call block without tool/call gets TOOL_NOT_STARTED with the exact text, append, no sources."""
+def test_unrecorded_tool_call_gets_a_not_started_result() -> None:
+    """A tool-call block without tool/call gets TOOL_NOT_STARTED with the exact text, append, no sources."""
     session = _store().create()
     _open_tool_turn(session)
     closers = interrupted_turn_closers(session.events)
@@ -136,8 +137,8 @@ def test_43_unrecorded_tool_call_gets_a_not_started_result() -> None:
     }
 
 
-def test_44_recorded_tool_call_gets_an_outcome_unknown_result() -> None:
-    """(01 #44) A recorded tool/call at seq c without a result gets TOOL_OUTCOME_UNKNOWN citing [c]."""
+def test_recorded_tool_call_gets_an_outcome_unknown_result() -> None:
+    """A recorded tool/call at seq c without a result gets TOOL_OUTCOME_UNKNOWN citing [c]."""
     session = _store().create()
     _open_tool_turn(session)
     closers = interrupted_turn_closers(session.events)
@@ -153,8 +154,8 @@ def test_44_recorded_tool_call_gets_an_outcome_unknown_result() -> None:
     assert {e.time for e in closers} == {session.events[-1].time}
 
 
-def test_45_only_pending_calls_of_the_open_turn_are_repaired() -> None:
-    """(01 #45) Answered calls, calls of a closed step and of an earlier turn are left; pending ones close in order."""
+def test_only_pending_calls_of_the_open_turn_are_repaired() -> None:
+    """Answered calls, calls of a closed step and of an earlier turn are left; pending ones close in order."""
     session = _store().create()
     session.append("turn/start", {"turn": 1})
     session.append("step/start", {"turn": 1, "step": 1})
@@ -199,7 +200,7 @@ def test_last_activity_time_skips_the_end_seed_marker() -> None:
     assert last_activity_time([record(0, "session/end-seed", {}, time=9)]) is None
 
 
-# ------------------------------------------------------------------ property (#46)
+# ------------------------------------------------------------------ property: every log plus its closers restores
 
 _ACTIONS = st.lists(
     st.sampled_from(["turn", "step", "assistant", "assistant-calls", "call", "result", "user", "title"]),
@@ -254,10 +255,10 @@ def _drive(session: Session, actions: list[str], call_ids: itertools.count[int])
             session.append("user/message", user_message(f"u{session.seq}"))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(_ACTIONS)
-def test_46_closers_always_restore(actions: list[str]) -> None:
-    """(01 #46) Any log plus its closers restores through prepare_restored and is then balanced."""
+def test_closers_always_restore(actions: list[str]) -> None:
+    """Any log plus its closers restores through prepare_restored and is then balanced."""
     store = _store()
     session = store.create()
     _drive(session, actions, itertools.count())

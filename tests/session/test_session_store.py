@@ -1,4 +1,4 @@
-"""`SessionStore`: ids, publication, seeds and the cut, restore, close (01 §1.4, §5.2, §7)."""
+"""`SessionStore`: ids, publication, seeds and the cut, restore, close."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from dsh.json import FrozenDict
 from dsh.session import HeaderInit, Session, SessionError, SessionEvent, SessionStore
-from tests.session.session_helpers import closed_turn_records, record, turn_end, user_message
+from tests.session.helpers import closed_turn_records, record, turn_end, user_message
 
 
 def _five_events() -> list[dict[str, Any]]:
@@ -22,8 +22,8 @@ def _code(call: Any, *args: Any, **kwargs: Any) -> SessionError:
     return caught.value
 
 
-def test_26_live_id_cannot_be_created_or_prepared_again(store: SessionStore) -> None:
-    """(01 #26) create("a"), prepare("a") with "a" live raise SESSION_ALREADY_EXISTS with the upstream text."""
+def test_live_id_cannot_be_created_or_prepared_again(store: SessionStore) -> None:
+    """create("a"), prepare("a") with "a" live raise SESSION_ALREADY_EXISTS with the upstream text."""
     live = store.create("a")
     for call in (store.create, store.prepare):
         error = _code(call, "a")
@@ -33,8 +33,8 @@ def test_26_live_id_cannot_be_created_or_prepared_again(store: SessionStore) -> 
     assert store.get("a") is live
 
 
-def test_26_stale_prepared_session_cannot_overwrite_a_live_one(store: SessionStore) -> None:
-    """(01 #26) Publishing a stale prepared "a" while another "a" is live is SESSION_ALREADY_EXISTS."""
+def test_stale_prepared_session_cannot_overwrite_a_live_one(store: SessionStore) -> None:
+    """Publishing a stale prepared "a" while another "a" is live is SESSION_ALREADY_EXISTS."""
     stale = store.prepare("a")
     live = store.create("a")
     error = _code(store.publish, stale)
@@ -44,8 +44,8 @@ def test_26_stale_prepared_session_cannot_overwrite_a_live_one(store: SessionSto
     assert stale.state == "prepared"
 
 
-def test_26_one_session_cannot_be_published_into_two_stores(store: SessionStore, clock: Any) -> None:
-    """(01 #26) A session published in one store is refused by another (and by the same store again)."""
+def test_one_session_cannot_be_published_into_two_stores(store: SessionStore, clock: Any) -> None:
+    """A session published in one store is refused by another (and by the same store again)."""
     other = SessionStore(clock=clock, id_factory=lambda: "x")
     session = store.create("a")
     error = _code(other.publish, session)
@@ -89,8 +89,8 @@ def test_states_follow_the_lifecycle(store: SessionStore) -> None:
     assert session.state == "retired"
 
 
-def test_31_seed_gets_an_end_seed_marker(store: SessionStore) -> None:
-    """(01 #31) A 5-event seed gives 6 events, end-seed at seq 5, first_live_seq 5, no event notification."""
+def test_seed_gets_an_end_seed_marker(store: SessionStore) -> None:
+    """A 5-event seed gives 6 events, end-seed at seq 5, first_live_seq 5, no event notification."""
     notified: list[SessionEvent] = []
     store.on_event(lambda s, e: notified.append(e))
     session = store.create(seed=_five_events())
@@ -104,8 +104,8 @@ def test_31_seed_gets_an_end_seed_marker(store: SessionStore) -> None:
     assert [event.seq for event in session.events] == list(range(6))
 
 
-def test_31_seed_events_are_frozen_copies(store: SessionStore) -> None:
-    """(01 #31) Seed events cross the boundary: the caller's records stay the caller's."""
+def test_seed_events_are_frozen_copies(store: SessionStore) -> None:
+    """Seed events cross the boundary: the caller's records stay the caller's."""
     seed = _five_events()
     session = store.create(seed=seed)
     seed[0]["data"]["turn"] = 99
@@ -134,8 +134,8 @@ def test_caller_built_session_events_in_a_seed_are_frozen_too(store: SessionStor
     ],
     ids=["ends-with-marker", "empty", "no-seed"],
 )
-def test_32_marker_rules(store: SessionStore, seed: Any, expected_types: int) -> None:
-    """(01 #32) A seed ending with the marker gets none; an empty seed gets one at 0; no seed gets none."""
+def test_end_seed_marker_is_added_only_when_missing(store: SessionStore, seed: Any, expected_types: int) -> None:
+    """A seed ending with the marker gets none; an empty seed gets one at 0; no seed gets none."""
     session = store.create(seed=seed)
     assert session.seq == expected_types
     if seed is not None:
@@ -145,8 +145,8 @@ def test_32_marker_rules(store: SessionStore, seed: Any, expected_types: int) ->
         assert session.first_live_seq == 0
 
 
-def test_33_non_contiguous_seed_is_refused(store: SessionStore) -> None:
-    """(01 #33) A seed with seqs 0, 2 is INVALID_SEED with the upstream text."""
+def test_non_contiguous_seed_is_refused(store: SessionStore) -> None:
+    """A seed with seqs 0, 2 is INVALID_SEED with the upstream text."""
     seed = [record(0, "turn/start", {"turn": 1}), record(2, "turn/end", turn_end(1))]
     error = _code(store.prepare, "s", seed=seed)
     assert error.code == "INVALID_SEED"
@@ -202,20 +202,20 @@ def test_seed_must_be_a_sequence_of_records(store: SessionStore, seed: Any) -> N
 
 
 @pytest.mark.parametrize(("count", "seed"), [(6, "five"), (1, None)])
-def test_34_cut_beyond_the_seed_is_refused(store: SessionStore, count: int, seed: Any) -> None:
-    """(01 #34) inherited_event_count 6 with a 5-event seed, or 1 without a seed, is INVALID_SEED."""
+def test_cut_beyond_the_seed_is_refused(store: SessionStore, count: int, seed: Any) -> None:
+    """inherited_event_count 6 with a 5-event seed, or 1 without a seed, is INVALID_SEED."""
     error = _code(store.prepare, "s", seed=_five_events() if seed == "five" else None, inherited_event_count=count)
     assert error.code == "INVALID_SEED"
 
 
 @pytest.mark.parametrize("count", [-1, True, 1.5, 2**53])
-def test_34_cut_must_be_a_safe_non_negative_int(store: SessionStore, count: Any) -> None:
-    """(01 #34) The cut must be a safe non-negative int."""
+def test_cut_must_be_a_safe_non_negative_int(store: SessionStore, count: Any) -> None:
+    """The cut must be a safe non-negative int."""
     assert _code(store.prepare, "s", seed=_five_events(), inherited_event_count=count).code == "INVALID_SEED"
 
 
-def test_35_is_own_seq_separates_inherited_from_own(store: SessionStore) -> None:
-    """(01 #35) With cut 4: is_own_seq(3) False, is_own_seq(4) True, is_seeded True; unseeded: all own."""
+def test_is_own_seq_separates_inherited_from_own(store: SessionStore) -> None:
+    """With cut 4: is_own_seq(3) False, is_own_seq(4) True, is_seeded True; unseeded: all own."""
     session = store.create(seed=_five_events(), inherited_event_count=4)
     assert session.inherited_event_count == 4
     assert session.header.is_seeded is True

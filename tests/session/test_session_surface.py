@@ -1,4 +1,8 @@
-"""Surface folding: appends, replaces from seeds (MUST) and from `append` (SHOULD) (01 §2)."""
+"""Surface folding: appends, and replaces checked both in restored seeds and at `append`.
+
+A seed that breaks a replace rule is refused outright; `append` checks the same rules up front, so a bad
+replace never reaches the log. The surface is described in docs/glossary.md#surface.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 import pytest
 
 from dsh.session import Session, SessionError, SessionStore, SurfaceReplace
-from tests.session.session_helpers import assistant_message, record, tool_call, tool_result, user_message
+from tests.session.helpers import assistant_message, record, tool_call, tool_result, user_message
 
 _MISSING_TEXT = "surface replace: sourceEventSeqs must include every shadowed surface node; missing 1, 2"
 _CONTENT_ONLY = "surface replace: a tool/result replace may change only content of its tool-result block"
@@ -50,8 +54,8 @@ def _append_refused(session: Session, *args: Any, **kwargs: Any) -> SessionError
     return caught.value
 
 
-def test_14_seed_replace_missing_shadowed_nodes_is_refused(store: SessionStore) -> None:
-    """(01 #14, MUST) A seed replace that cites only some shadowed nodes fails with the "missing a, b" text."""
+def test_seed_replace_missing_shadowed_nodes_is_refused(store: SessionStore) -> None:
+    """A seed replace that cites only some shadowed nodes fails with the "missing a, b" text."""
     seed = [
         *_three_users(),
         record(3, "user/message", user_message("r"), surfaceOp=_replace(0, 2), sourceEventSeqs=[0]),
@@ -60,8 +64,8 @@ def test_14_seed_replace_missing_shadowed_nodes_is_refused(store: SessionStore) 
     assert error.message == f"invalid seed event at index 3: {_MISSING_TEXT}"
 
 
-def test_14_append_replace_missing_shadowed_nodes_is_refused(store: SessionStore) -> None:
-    """(01 #14, SHOULD) The same replace through append fails with the same text and leaves surface and log alone."""
+def test_append_replace_missing_shadowed_nodes_is_refused(store: SessionStore) -> None:
+    """The same replace through append fails with the same text and leaves surface and log alone."""
     session = store.create()
     for i in range(3):
         session.append("user/message", user_message(f"u{i}"))
@@ -119,8 +123,8 @@ def _changed_result(**changes: Any) -> dict[str, Any]:
     return data
 
 
-def test_15_tool_result_replace_changing_is_error_is_refused_from_seed(store: SessionStore) -> None:
-    """(01 #15, MUST) A restored tool/result replace that changes isError is rejected as "may change only content"."""
+def test_tool_result_replace_changing_is_error_is_refused_from_seed(store: SessionStore) -> None:
+    """A restored tool/result replace that changes isError is rejected as "may change only content"."""
     seed = [
         *_tool_log(),
         record(6, "tool/result", _changed_result(isError=True), surfaceOp=_replace(5, 5), sourceEventSeqs=[5]),
@@ -128,8 +132,8 @@ def test_15_tool_result_replace_changing_is_error_is_refused_from_seed(store: Se
     assert _seed_error(store, seed).message == f"invalid seed event at index 6: {_CONTENT_ONLY}"
 
 
-def test_15_tool_result_replace_changing_is_error_is_refused_at_append(store: SessionStore) -> None:
-    """(01 #15, SHOULD) The same replace through append is INVALID_EVENT with the same text."""
+def test_tool_result_replace_changing_is_error_is_refused_at_append(store: SessionStore) -> None:
+    """The same tool/result replace through append is INVALID_EVENT with the same text."""
     session = store.create("live", seed=_tool_log())
     error = _append_refused(
         session, "tool/result", _changed_result(isError=True), surface_op=SurfaceReplace(5, 5), source_event_seqs=[5]
@@ -145,8 +149,8 @@ def test_15_tool_result_replace_changing_is_error_is_refused_at_append(store: Se
         lambda data: data["message"]["content"][0].update(extra=True),
     ],
 )
-def test_15_tool_result_replace_may_change_only_inner_content(store: SessionStore, mutate: Any) -> None:
-    """(01 #15) Changing the message id, its source or another block field is refused."""
+def test_tool_result_replace_may_change_only_inner_content(store: SessionStore, mutate: Any) -> None:
+    """Changing the message id, its source or another block field is refused."""
     session = store.create("live", seed=_tool_log())
     data = _changed_result()
     mutate(data)
@@ -154,8 +158,8 @@ def test_15_tool_result_replace_may_change_only_inner_content(store: SessionStor
     assert error.message == _CONTENT_ONLY
 
 
-def test_15_tool_result_replace_of_content_succeeds(store: SessionStore) -> None:
-    """(01 #15) Changing only the inner content succeeds from a seed and through append, bumping replace_generation."""
+def test_tool_result_replace_of_content_succeeds(store: SessionStore) -> None:
+    """Changing only the inner content succeeds from a seed and through append, bumping replace_generation."""
     new_content = [{"type": "text", "text": "pruned"}]
     seed = [
         *_tool_log(),

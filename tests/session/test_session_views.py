@@ -1,4 +1,4 @@
-"""`Session.events`: O(1) bounded read-only views backed by the one log list (01 §5.1)."""
+"""`Session.events`: O(1) bounded read-only views backed by the one log list."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def _session_with(store: SessionStore, n: int) -> Session:
     return store.publish(store.prepare_restored(header, 0, events))
 
 
-def test_19_old_views_keep_their_bound(store: SessionStore) -> None:
-    """(01 #19) A view taken at length 5 keeps length 5 after two appends; index 5 raises; a new view has 7."""
+def test_old_views_keep_their_bound(store: SessionStore) -> None:
+    """A view taken at length 5 keeps length 5 after two appends; index 5 raises; a new view has 7."""
     session = store.create()
     for turn in range(5):
         session.append("turn/start", {"turn": turn})
@@ -70,8 +70,9 @@ def test_view_is_read_only(store: SessionStore) -> None:
         view.append  # type: ignore[attr-defined]  # noqa: B018
 
 
-def test_20_views_share_the_one_log_list(store: SessionStore) -> None:
-    """(01 #20) Over a 100,000-event session every view, before and after appends, is backed by the same list."""
+@pytest.mark.slow
+def test_views_share_the_one_log_list(store: SessionStore) -> None:
+    """Over a 100,000-event session every view, before and after appends, is backed by the same list."""
     session = _session_with(store, 100_000)
     first = session.events
     views = [first]
@@ -104,8 +105,9 @@ def _view_allocation(session: Session, count: int) -> int:
     return end - start
 
 
-def test_20_taking_views_allocates_nothing_proportional_to_the_log(store: SessionStore) -> None:
-    """(01 #20) tracemalloc: views of a 100,000-event log cost the same bytes as views of a 1,000-event log."""
+@pytest.mark.slow
+def test_taking_views_allocates_nothing_proportional_to_the_log(store: SessionStore) -> None:
+    """tracemalloc: views of a 100,000-event log cost the same bytes as views of a 1,000-event log."""
     # Both lengths are outside CPython's small-int cache, so each view's bound costs the same.
     small = _session_with(store, 1_000)
     large = _session_with(store, 100_000)
@@ -118,8 +120,9 @@ def test_20_taking_views_allocates_nothing_proportional_to_the_log(store: Sessio
     assert large_bytes <= small_bytes + 1024
 
 
-def test_20_appends_between_views_do_not_copy_the_log(store: SessionStore) -> None:
-    """(01 #20) With appends between reads, memory grows by the new events only, not by log copies."""
+@pytest.mark.slow
+def test_appends_between_views_do_not_copy_the_log(store: SessionStore) -> None:
+    """With appends between reads, memory grows by the new events only, not by log copies."""
     session = _session_with(store, 100_000)
     gc.collect()
     tracemalloc.start()

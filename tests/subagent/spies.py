@@ -1,6 +1,6 @@
 """Spies for the subagent catalog tests: they count and inject, and otherwise delegate to real services.
 
-`SpyQuery` wraps the real `SessionQuery` (05 §5 `spy_query`), `SpyCacheStorage` wraps the SQLite
+`SpyQuery` wraps the real `SessionQuery` (the `spy_query` fixture), `SpyCacheStorage` wraps the SQLite
 cache storage, `CacheDouble` stands in for `services.projection_cache` where a test scripts its
 answers, and `SnapshotSpy` records `ProjectionRegistry.snapshot` calls on one registry.
 """

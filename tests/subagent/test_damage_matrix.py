@@ -1,11 +1,11 @@
-"""The damage matrix (07 R2; issue acceptance 3): one damaged child per case, healthy siblings around it.
+"""The damage matrix: one damaged child per case, healthy siblings around it.
 
-Every case runs on the same catalog under `parent`: a live sibling (rung 1), an unseeded sibling with
-a real cache row (rung 2), an uncached unseeded sibling and a seeded sibling (rung 3), plus the child
-`d-damaged`, damaged one way. Each case must yield exactly the row the spec names for the damaged
-child, leave the siblings' rows and costs unchanged, and modify no file: every file under the JSONL
-root and the cache database are hashed before and after each listing (for damage applied after
-enumeration, "before" is taken right after the damage landed).
+Every case runs on the same catalog under `parent`: a live sibling (live identity), an unseeded sibling
+with a real cache row (cached identity), an uncached unseeded sibling and a seeded sibling (observed
+identity), plus the child `d-damaged`, damaged one way. Each case must yield exactly the row its kind of
+damage calls for (docs/catalog.md#row-states), leave the siblings' rows and costs unchanged, and modify
+no file: every file under the JSONL root and the cache database are hashed before and after each
+listing (for damage applied after enumeration, "before" is taken right after the damage landed).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import pytest
 from dsh.projection.cache_storage import CacheIdentity
 from dsh.query.records import SessionRecord
 from dsh.subagent.rows import SubagentChildRow, SubagentDiagnosticRow, SubagentListEntry
-
-from .conftest import (
+from tests.subagent.helpers import (
     Record,
     Stack,
     child_events,
@@ -33,7 +32,7 @@ from .conftest import (
     turn_start,
     user_message,
 )
-from .spies import SpyQuery
+from tests.subagent.spies import SpyQuery
 
 DAMAGED = "d-damaged"
 
@@ -196,7 +195,7 @@ def _expected(case: Case) -> list[SubagentListEntry]:
 async def test_damaged_child_gets_its_row_and_nothing_else_changes(
     cache_stack: Stack, spy_query: SpyQuery, case: Case
 ) -> None:
-    """(07 R2) One damaged child yields exactly its row; siblings and their costs are unchanged; no file changes."""
+    """One damaged child yields exactly its row; siblings and their costs are unchanged; no file changes."""
     stack = cache_stack
     await _siblings(stack)
     hashes: dict[str, dict[str, str]] = {}

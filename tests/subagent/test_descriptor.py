@@ -1,7 +1,9 @@
 """The `subagent/descriptor` payload v2: parse rules in their pinned order, the write rule, the resume fold.
 
-Acceptance tests 05 §5 A #1-#13 (the runtime-driven #14-#17 live with the agent-runtime issue) and
-L #89 (the listing imports neither descriptor reader), plus the rule-order details of 05 §1.3.
+Parse rules are checked one at a time and in order: the payload is an object, the version is a number
+(a number other than 2 is unsupported and parses to None), the mode is known, no unknown field, then
+provider, label and the optional fields. The listing imports neither descriptor reader: mode and label
+reach it only through the `subagent` projection unit (docs/glossary.md#descriptor).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dsh.subagent.descriptor import (
     snapshot_descriptor,
 )
 from dsh.subagent.errors import SubagentDescriptorError
+from tests.helpers import examples
 
 PREFIX = "persisted subagent descriptor "
 
@@ -69,8 +72,8 @@ def other_event(seq: int) -> SessionEvent:
 # ------------------------------------------------------------------------------ resume fold
 
 
-def test_01_resume_fold_of_no_events_is_none() -> None:
-    """(05 #1) The resume fold over an empty own suffix returns None."""
+def test_resume_fold_of_no_events_is_none() -> None:
+    """The resume fold over an empty own suffix returns None."""
     assert fold_descriptor_for_resume([]) is None
 
 
@@ -102,8 +105,8 @@ def test_resume_fold_first_descriptor_decides_even_when_bad() -> None:
 # ------------------------------------------------------------------------------ write rule
 
 
-def test_02_one_shot_without_label_snapshot() -> None:
-    """(05 #2) A one-shot snapshot without a label is exactly {version, mode, provider} and parses back equal."""
+def test_one_shot_snapshot_without_label_holds_three_fields() -> None:
+    """A one-shot snapshot without a label is exactly {version, mode, provider} and parses back equal."""
     payload = snapshot_descriptor("one-shot", provider="spawn")
     assert payload == {"version": 2, "mode": "one-shot", "provider": "spawn"}
     assert list(payload) == ["version", "mode", "provider"]
@@ -115,8 +118,8 @@ def test_02_one_shot_without_label_snapshot() -> None:
     assert parsed.mode == "one-shot"
 
 
-def test_03_one_shot_with_label_snapshot() -> None:
-    """(05 #3) A one-shot snapshot with a label adds `label`."""
+def test_one_shot_snapshot_with_label_adds_it() -> None:
+    """A one-shot snapshot with a label adds `label`."""
     payload = snapshot_descriptor("one-shot", provider="spawn", label="quick lookup")
     assert list(payload.items()) == [
         ("version", 2),
@@ -127,8 +130,8 @@ def test_03_one_shot_with_label_snapshot() -> None:
     assert parse_descriptor(payload) == OneShotDescriptor(provider="spawn", label="quick lookup")
 
 
-def test_04_continuable_with_every_field_round_trips() -> None:
-    """(05 #4) A continuable snapshot with every field round-trips through parse, toolFilter{allow,deny} included."""
+def test_continuable_with_every_field_round_trips() -> None:
+    """A continuable snapshot with every field round-trips through parse, toolFilter{allow,deny} included."""
     payload = snapshot_descriptor(
         "continuable",
         provider="spawn",
@@ -196,8 +199,8 @@ def test_snapshot_without_optional_fields_leaves_them_out() -> None:
     ],
     ids=["object", "nan", "set", "unsafe-int"],
 )
-def test_07_snapshot_refuses_non_json(bad: dict[str, Any]) -> None:
-    """(05 #7) A toolFilter holding a non-JSON value is refused with `not losslessly JSON-serializable`."""
+def test_snapshot_refuses_non_json(bad: dict[str, Any]) -> None:
+    """A toolFilter holding a non-JSON value is refused with `not losslessly JSON-serializable`."""
     with pytest.raises(NotJsonError, match="not losslessly JSON-serializable") as caught:
         snapshot_descriptor("continuable", provider="spawn", label="l", tool_filter=bad)
     assert str(caught.value) == "subagent descriptor is not losslessly JSON-serializable"
@@ -234,7 +237,7 @@ def test_snapshot_refuses_a_non_json_label() -> None:
     ],
 )
 def test_snapshot_never_writes_what_would_read_back_malformed(kwargs: dict[str, Any], message: str) -> None:
-    """(SHOULD, 05 §1.3) A payload that would later parse as malformed is refused at write time."""
+    """A payload that would later parse as malformed is refused at write time, so no writer stores a wreck."""
     arguments: dict[str, Any] = {"provider": "spawn", "label": "l", **kwargs}
     mode = arguments.pop("mode")
     with pytest.raises(SubagentDescriptorError) as caught:
@@ -246,8 +249,8 @@ def test_snapshot_never_writes_what_would_read_back_malformed(kwargs: dict[str, 
 
 
 @pytest.mark.parametrize("field", ["allow", "deny"])
-def test_05_tool_filter_with_one_list(field: str) -> None:
-    """(05 #5) A toolFilter with only `allow` (or only `deny`) is accepted with just that list."""
+def test_tool_filter_with_one_list_is_accepted(field: str) -> None:
+    """A toolFilter with only `allow` (or only `deny`) is accepted with just that list."""
     parsed = parse_descriptor(continuable(toolFilter={field: ["read"]}))
     assert isinstance(parsed, ContinuableDescriptor)
     assert parsed.tool_filter == ToolFilter(**{field: ("read",)})
@@ -272,8 +275,8 @@ def test_empty_tool_filter_lists_are_accepted() -> None:
         {"version": 999, "mode": "continuable"},
     ],
 )
-def test_06_unsupported_version_is_none(data: dict[str, object]) -> None:
-    """(05 #6) A number other than 2 is an unsupported version: None, no error, whatever else the payload holds."""
+def test_unsupported_version_is_none(data: dict[str, object]) -> None:
+    """A number other than 2 is an unsupported version: None, no error, whatever else the payload holds."""
     assert parse_descriptor(data) is None
 
 
@@ -286,8 +289,8 @@ def test_version_two_point_zero_counts_as_two() -> None:
 
 
 @pytest.mark.parametrize("data", ["payload", None, [], [{"version": 2}], 2, True])
-def test_08_non_object_payload(data: object) -> None:
-    """(05 #8) A payload that is not a JSON object (str, None, list, ...) fails with `payload must be an object`."""
+def test_non_object_payload_is_malformed(data: object) -> None:
+    """A payload that is not a JSON object (str, None, list, ...) fails with `payload must be an object`."""
     assert invalid(data) == "payload must be an object"
 
 
@@ -303,22 +306,22 @@ def test_08_non_object_payload(data: object) -> None:
     ],
     ids=["missing", "string", "true", "false", "null", "list"],
 )
-def test_08_version_must_be_a_number(data: dict[str, object]) -> None:
-    """(05 #8) A missing, string or boolean version fails with `version must be a number` (True is not 1)."""
+def test_version_must_be_a_number(data: dict[str, object]) -> None:
+    """A missing, string or boolean version fails with `version must be a number` (True is not 1)."""
     assert invalid(data) == "version must be a number"
 
 
 @pytest.mark.parametrize("mode", [None, "bogus", "One-Shot", 1, ["one-shot"]])
-def test_09_mode_must_be_known(mode: object) -> None:
-    """(05 #9) A missing or invalid mode fails with `mode must be "one-shot" or "continuable"`."""
+def test_mode_must_be_known(mode: object) -> None:
+    """A missing or invalid mode fails with `mode must be "one-shot" or "continuable"`."""
     data: dict[str, object] = {"version": 2, "provider": "spawn"}
     if mode is not None:
         data["mode"] = mode
     assert invalid(data) == 'mode must be "one-shot" or "continuable"'
 
 
-def test_10_unknown_fields() -> None:
-    """(05 #10) A one-shot `persona` or a continuable `extra` is an unknown field, named in the message."""
+def test_unknown_fields_are_named_in_the_message() -> None:
+    """A one-shot `persona` or a continuable `extra` is an unknown field, named in the message."""
     assert invalid(one_shot(persona="x")) == 'payload has unknown field "persona"'
     assert invalid(continuable(extra=1)) == 'payload has unknown field "extra"'
 
@@ -337,26 +340,26 @@ def test_first_unknown_field_in_insertion_order_wins() -> None:
 
 
 @pytest.mark.parametrize("provider", [7, None, True, ["spawn"], {"name": "spawn"}])
-def test_11_provider_must_be_a_string(provider: object) -> None:
-    """(05 #11) A bad `provider` fails with `provider must be a string`, for either arm."""
+def test_provider_must_be_a_string(provider: object) -> None:
+    """A bad `provider` fails with `provider must be a string`, for either arm."""
     assert invalid(one_shot(provider=provider)) == "provider must be a string"
     assert invalid(continuable(provider=provider)) == "provider must be a string"
 
 
-def test_11_missing_provider() -> None:
-    """(05 #11) A missing provider fails like a bad one."""
+def test_missing_provider_fails_like_a_bad_one() -> None:
+    """A missing provider fails like a bad one."""
     assert invalid({"version": 2, "mode": "one-shot"}) == "provider must be a string"
 
 
 @pytest.mark.parametrize("label", [7, None, False, ["l"]])
-def test_11_label_must_be_a_string(label: object) -> None:
-    """(05 #11) A bad continuable label and a bad (present) one-shot label both fail with `label must be a string`."""
+def test_label_must_be_a_string(label: object) -> None:
+    """A bad continuable label and a bad (present) one-shot label both fail with `label must be a string`."""
     assert invalid(continuable(label=label)) == "label must be a string"
     assert invalid(one_shot(label=label)) == "label must be a string"
 
 
-def test_11_continuable_label_is_required() -> None:
-    """(05 #11) A continuable payload without a label fails with `label must be a string`."""
+def test_continuable_label_is_required() -> None:
+    """A continuable payload without a label fails with `label must be a string`."""
     data = continuable()
     del data["label"]
     assert invalid(data) == "label must be a string"
@@ -364,8 +367,8 @@ def test_11_continuable_label_is_required() -> None:
 
 @pytest.mark.parametrize("field", ["agentProvider", "agentModel", "persona"])
 @pytest.mark.parametrize("value", [7, None, True, {"x": 1}])
-def test_11_optional_strings_must_be_strings(field: str, value: object) -> None:
-    """(05 #11) A present `agentProvider`/`agentModel`/`persona` that is not a string is named in the message."""
+def test_optional_strings_must_be_strings(field: str, value: object) -> None:
+    """A present `agentProvider`/`agentModel`/`persona` that is not a string is named in the message."""
     assert invalid(continuable(**{field: value})) == f"{field} must be a string"
 
 
@@ -384,13 +387,13 @@ def test_11_optional_strings_must_be_strings(field: str, value: object) -> None:
         ({"deny": {"x": 1}}, "toolFilter.deny must be an array of strings"),
     ],
 )
-def test_12_tool_filter_rules(tool_filter: object, message: str) -> None:
-    """(05 #12) toolFilter: a non-list object, only allow/deny keys, string arrays, at least one list."""
+def test_tool_filter_rules(tool_filter: object, message: str) -> None:
+    """toolFilter: a non-list object, only allow/deny keys, string arrays, at least one list."""
     assert invalid(continuable(toolFilter=tool_filter)) == message
 
 
-def test_13_rule_order_is_pinned() -> None:
-    """(05 #13) The version error beats a bad mode, and the unknown-field error beats a bad provider."""
+def test_rule_order_is_pinned() -> None:
+    """The version error beats a bad mode, and the unknown-field error beats a bad provider."""
     assert invalid({"version": "2", "mode": "bogus"}) == "version must be a number"
     assert invalid({"version": 2, "mode": "one-shot", "provider": 7, "persona": "x"}) == (
         'payload has unknown field "persona"'
@@ -400,17 +403,17 @@ def test_13_rule_order_is_pinned() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        # 1 before 2: nothing is looked at inside a non-object.
+        # The object check comes first: nothing is looked at inside a non-object.
         (["version"], "payload must be an object"),
-        # 2 before 4 and 5.
+        # The version before the mode and unknown fields.
         ({"version": True, "mode": "bogus", "extra": 1}, "version must be a number"),
-        # 4 before 5: the arm is unknown, so no field can be judged yet.
+        # The mode before unknown fields: the arm is unknown, so no field can be judged yet.
         ({"version": 2, "mode": "bogus", "extra": 1}, 'mode must be "one-shot" or "continuable"'),
-        # 5 before 6 and 7.
+        # Unknown fields before provider and label.
         ({"version": 2, "mode": "continuable", "provider": 7, "label": 7, "x": 1}, 'payload has unknown field "x"'),
-        # 6 before 7.
+        # Provider before label.
         ({"version": 2, "mode": "continuable", "provider": None, "label": 7}, "provider must be a string"),
-        # 7: label before the optional strings, which go agentProvider, agentModel, persona, then toolFilter.
+        # Label before the optional strings, which go agentProvider, agentModel, persona, then toolFilter.
         (continuable(label=1, agentProvider=1), "label must be a string"),
         (continuable(persona=1, agentModel=1, agentProvider=1), "agentProvider must be a string"),
         (continuable(persona=1, agentModel=1), "agentModel must be a string"),
@@ -421,7 +424,7 @@ def test_13_rule_order_is_pinned() -> None:
     ],
 )
 def test_rule_order_details(data: object, message: str) -> None:
-    """The first failing rule of 05 §1.3 wins, in the documented order at every step."""
+    """The first failing parse rule wins, in the fixed rule order at every step."""
     assert invalid(data) == message
 
 
@@ -517,7 +520,7 @@ def _parse_outcome(data: object) -> Descriptor | SubagentDescriptorError | None:
         return error
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.one_of(_json, _near_descriptors, _near_descriptors, _with_extra))
 def test_parse_either_returns_or_raises_the_descriptor_error(data: Any) -> None:
     """For any JSON payload, parsing gives a descriptor, None, or a prefixed `SubagentDescriptorError`, nothing else."""
@@ -540,7 +543,7 @@ def test_parse_either_returns_or_raises_the_descriptor_error(data: Any) -> None:
 _names = st.text(min_size=1, max_size=6)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     label=st.none() | _names,
     agent_provider=st.none() | _names,
@@ -603,8 +606,8 @@ def _subagent_listing_imports() -> set[str]:
     return names
 
 
-def test_89_listing_imports_no_descriptor_reader() -> None:
-    """(05 #89) `dsh.subagent.listing` imports neither `parse_descriptor` nor the resume fold, nor their module."""
+def test_listing_imports_no_descriptor_reader() -> None:
+    """`dsh.subagent.listing` imports neither `parse_descriptor` nor the resume fold, nor their module."""
     imported = _subagent_listing_imports()
     assert "parse_descriptor" not in imported
     assert "fold_descriptor_for_resume" not in imported

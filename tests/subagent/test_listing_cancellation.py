@@ -1,4 +1,8 @@
-"""Listing cancellation and the bounded cold pool (05 §5 I #100-#107, J #108-#111).
+"""Listing cancellation and the bounded pool of cold reads.
+
+An abort is checked before and after the corpus read, before and after each observation and once after
+all cold work (docs/catalog.md#cancellation-checkpoints); at most `cold_read_concurrency` observations
+run at once (docs/catalog.md#bounded-cold-reads).
 
 Synchronisation uses events and the spy's condition only: a gated observation waits for its gate,
 the test waits until the spy reports the state it needs. No sleeps, no timing assertions.
@@ -21,18 +25,14 @@ from dsh.services import Services
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.rows import SubagentChildRow, SubagentDiagnosticRow
 from dsh.subagent.runtime import SubagentRuntime
-
-from .conftest import (
-    HANG_GUARD_S,
-    CacheDouble,
-    SnapshotSpy,
-    SpyQuery,
+from tests.subagent.helpers import (
     Stack,
     child_events,
     desc,
     fork_events,
     open_stack,
 )
+from tests.subagent.spies import HANG_GUARD_S, CacheDouble, SnapshotSpy, SpyQuery
 
 
 def inactive(child_id: str, label: str) -> SubagentChildRow:
@@ -54,11 +54,11 @@ async def _seeded_children(stack: Stack, count: int) -> list[str]:
     return ids
 
 
-# ------------------------------------------------------------------------------------------ I. cancellation
+# ------------------------------------------------------------------------------------------ cancellation
 
 
-async def test_100_pre_aborted_signal_never_lists(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #100) An aborted signal and a `list_sessions` that would fail: CANCELLED, `list_sessions` never called."""
+async def test_pre_aborted_signal_never_lists(stack: Stack, spy_query: SpyQuery) -> None:
+    """An aborted signal and a `list_sessions` that would fail: CANCELLED, `list_sessions` never called."""
     spy_query.list_failure = RuntimeError("would fail")
     with pytest.raises(SubagentError) as caught:
         await stack.list_children(signal=AbortSignal.aborted_with())
@@ -66,8 +66,8 @@ async def test_100_pre_aborted_signal_never_lists(stack: Stack, spy_query: SpyQu
     assert spy_query.lists == 0
 
 
-async def test_101_list_sessions_rejecting_on_abort(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #101) `list_sessions` rejects when its signal aborts mid-list: CANCELLED."""
+async def test_corpus_read_rejecting_on_abort_is_cancelled(stack: Stack, spy_query: SpyQuery) -> None:
+    """`list_sessions` rejects when its signal aborts mid-list: CANCELLED."""
     controller = AbortController()
     listing_started = asyncio.Event()
 
@@ -87,8 +87,8 @@ async def test_101_list_sessions_rejecting_on_abort(stack: Stack, spy_query: Spy
     assert_cancelled(caught.value)
 
 
-async def test_102_abort_while_list_sessions_resolves_is_seen_at_c2(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #102) `list_sessions` resolves after aborting the signal: CANCELLED (C2), nothing observed."""
+async def test_abort_while_the_corpus_read_resolves_is_cancelled(stack: Stack, spy_query: SpyQuery) -> None:
+    """`list_sessions` resolves after aborting the signal: CANCELLED by the check after it, nothing observed."""
     await stack.author_child("cold")
     controller = AbortController()
 
@@ -103,10 +103,8 @@ async def test_102_abort_while_list_sessions_resolves_is_seen_at_c2(stack: Stack
     assert spy_query.observations == 0
 
 
-async def test_103_observation_rejecting_on_abort_is_cancelled_not_unavailable(
-    stack: Stack, spy_query: SpyQuery
-) -> None:
-    """(05 #103) An `observe_session` that rejects on abort, aborted mid-observation: CANCELLED, not `unavailable`."""
+async def test_observation_rejecting_on_abort_is_cancelled_not_unavailable(stack: Stack, spy_query: SpyQuery) -> None:
+    """An `observe_session` that rejects on abort, aborted mid-observation: CANCELLED, not `unavailable`."""
     await stack.author_child("cold")
     controller = AbortController()
 
@@ -124,8 +122,8 @@ async def test_103_observation_rejecting_on_abort_is_cancelled_not_unavailable(
     assert_cancelled(caught.value)
 
 
-async def test_104_observation_succeeding_after_abort_is_cancelled(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #104) An `observe_session` that succeeds but aborts the signal before returning: CANCELLED (C4)."""
+async def test_observation_succeeding_after_abort_is_cancelled(stack: Stack, spy_query: SpyQuery) -> None:
+    """An `observe_session` that succeeds but aborts the signal before returning: CANCELLED by the check after it."""
     await stack.author_child("cold")
     controller = AbortController()
 
@@ -139,8 +137,8 @@ async def test_104_observation_succeeding_after_abort_is_cancelled(stack: Stack,
     assert spy_query.observed == {"cold": 1}
 
 
-async def test_105_abort_during_rung_2_is_seen_at_c5(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #105) Live children and rung-2 hits, the cache aborting during its read: CANCELLED (C5), no observation."""
+async def test_abort_during_a_cache_read_is_seen_after_all_cold_work(stack: Stack, spy_query: SpyQuery) -> None:
+    """Live children and cache hits, the cache aborting during its read: CANCELLED at the final check, unobserved."""
     stack.live_child("live", session_id="live")
     await stack.author_child("cached-a", events=child_events(desc("a")))
     await stack.author_child("cached-b", events=child_events(desc("b")))
@@ -160,8 +158,8 @@ async def test_105_abort_during_rung_2_is_seen_at_c5(stack: Stack, spy_query: Sp
     assert double.ids() == ["cached-a"]  # after the abort no new cold candidate starts
 
 
-async def test_106_in_flight_observation_settles_and_error_is_plain(tmp_path: Path) -> None:
-    """(05 #106) Concurrency 1, three seeded cold children, abort during the first observation: one observation,
+async def test_in_flight_observation_settles_and_the_error_is_plain(tmp_path: Path) -> None:
+    """Concurrency 1, three seeded cold children, abort during the first observation: one observation,
     not task-cancelled, then a plain CANCELLED `SubagentError`."""
     async with open_stack(tmp_path, concurrency=1) as stack:
         await _seeded_children(stack, 3)
@@ -191,8 +189,8 @@ async def test_106_in_flight_observation_settles_and_error_is_plain(tmp_path: Pa
         assert spy.settled == ["fork00"]
 
 
-async def test_107_task_cancel_raises_cancelled_error_and_leaves_no_worker(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #107) `task.cancel()` on the listing: `asyncio.CancelledError`, and no worker task is left pending."""
+async def test_task_cancel_raises_cancelled_error_and_leaves_no_worker(stack: Stack, spy_query: SpyQuery) -> None:
+    """`task.cancel()` on the listing: `asyncio.CancelledError`, and no worker task is left pending."""
     await _seeded_children(stack, 6)
     workers: set[asyncio.Task[object]] = set()
     never = asyncio.Event()
@@ -216,7 +214,7 @@ async def test_107_task_cancel_raises_cancelled_error_and_leaves_no_worker(stack
     assert {task for task in leftover if not task.done()} == set()
 
 
-# ------------------------------------------------------------------------------------------ J. bounded pool
+# ------------------------------------------------------------------------------------------ bounded pool
 
 
 async def _drive_gated_pool(stack: Stack, spy: SpyQuery, ids: list[str], limit: int) -> list[object]:
@@ -242,8 +240,8 @@ async def _drive_gated_pool(stack: Stack, spy: SpyQuery, ids: list[str], limit: 
     return list(rows)
 
 
-async def test_108_default_pool_bounds_observations_to_four(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #108) 10 seeded cold children with slow observations: at most 4 in flight, each once, rows in order."""
+async def test_default_pool_bounds_observations_to_four(stack: Stack, spy_query: SpyQuery) -> None:
+    """10 seeded cold children with slow observations: at most 4 in flight, each once, rows in order."""
     ids = await _seeded_children(stack, 10)
     rows = await _drive_gated_pool(stack, spy_query, ids, 4)
     assert spy_query.max_in_flight == 4
@@ -251,8 +249,8 @@ async def test_108_default_pool_bounds_observations_to_four(stack: Stack, spy_qu
     assert rows == [inactive(child_id, child_id) for child_id in ids]
 
 
-async def test_109_configured_pool_bounds_observations_to_two(tmp_path: Path) -> None:
-    """(05 #109) `cold_read_concurrency = 2`: at most 2 of 10 observations in flight."""
+async def test_configured_pool_bounds_observations_to_two(tmp_path: Path) -> None:
+    """`cold_read_concurrency = 2`: at most 2 of 10 observations in flight."""
     async with open_stack(tmp_path, concurrency=2) as stack:
         ids = await _seeded_children(stack, 10)
         spy = SpyQuery(stack.query)
@@ -264,8 +262,8 @@ async def test_109_configured_pool_bounds_observations_to_two(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("value", [0, -1, 65, 1.5, "4", True])
-async def test_110_invalid_concurrency_refused_before_any_service(tmp_path: Path, value: object) -> None:
-    """(05 #110) 0, -1, 65, 1.5, "4" or True as a Python value: CONFIG_INVALID before any service starts."""
+async def test_invalid_concurrency_is_refused_before_any_service(tmp_path: Path, value: object) -> None:
+    """0, -1, 65, 1.5, "4" or True as a Python value: CONFIG_INVALID before any service starts."""
     home = tmp_path / "home"
     with pytest.raises(ConfigError) as caught:
         Runtime.open(Config(home=home, subagent={"cold_read_concurrency": value}))
@@ -275,8 +273,10 @@ async def test_110_invalid_concurrency_refused_before_any_service(tmp_path: Path
         SubagentRuntime(Services(), config={"cold_read_concurrency": 4})  # type: ignore[arg-type]
 
 
-async def test_110_environment_and_default_concurrency(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """(05 #110) `DSH_SUBAGENT__COLD_READ_CONCURRENCY=8` gives 8; with no setting the runtime uses 4."""
+async def test_concurrency_comes_from_the_environment_or_defaults_to_four(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`DSH_SUBAGENT__COLD_READ_CONCURRENCY=8` gives 8; with no setting the runtime uses 4."""
     monkeypatch.delenv("DSH_SUBAGENT__COLD_READ_CONCURRENCY", raising=False)
     async with Runtime.open(Config(home=tmp_path / "a")) as runtime:
         assert runtime.subagents.config.cold_read_concurrency == 4
@@ -286,8 +286,8 @@ async def test_110_environment_and_default_concurrency(tmp_path: Path, monkeypat
     assert SubagentConfig().cold_read_concurrency == 4
 
 
-async def test_111_live_rows_never_wait_for_the_cold_pool(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #111) 4 slow cold and 20 live children: all 20 live rows come from rung 1 before any observation starts."""
+async def test_live_rows_never_wait_for_the_cold_pool(stack: Stack, spy_query: SpyQuery) -> None:
+    """4 slow cold and 20 live children: all 20 live rows are read from the live store before any observation starts."""
     cold = await _seeded_children(stack, 4)
     live = [stack.live_child(f"live {index}", session_id=f"live{index:02d}").id for index in range(20)]
     snapshots = SnapshotSpy(stack.registry)
@@ -315,7 +315,7 @@ async def test_111_live_rows_never_wait_for_the_cold_pool(stack: Stack, spy_quer
 
 
 async def test_stray_cancelled_error_is_one_childs_read_failure(tmp_path: Path) -> None:
-    """(05 §3.9, §3.10) An observation raising `CancelledError` nobody asked for (the listing task is not being
+    """An observation raising `CancelledError` nobody asked for (the listing task is not being
     cancelled) fails that child only: `unavailable`, and the single worker goes on with the queue."""
     async with open_stack(tmp_path, concurrency=1) as stack:
         ids = await _seeded_children(stack, 3)
@@ -337,7 +337,7 @@ async def test_stray_cancelled_error_is_one_childs_read_failure(tmp_path: Path) 
 
 
 async def test_stray_cancelled_error_from_the_cache_falls_through(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 §3.5) A cache read raising a stray `CancelledError` is a cache fault like any other: rung 3 serves it."""
+    """A cache read raising a stray `CancelledError` is a cache fault like any other: the observation serves it."""
     await stack.author_child("c1", events=child_events(desc("real label")))
     stack.services.projection_cache = CacheDouble(steps=[asyncio.CancelledError()])  # type: ignore[assignment]
     assert await stack.list_children() == [inactive("c1", "real label")]

@@ -1,4 +1,4 @@
-"""What a listing costs, counted (07 P1-P3; issue acceptance 2).
+"""What a listing costs, counted: a live or cached child costs nothing, a seeded cold one exactly one read.
 
 A "log read" is counted by `CountingPersistence` (one cold `inspect`, `read_events` or `prepare`), an
 observation by the query spy. Cache rows here are real: written by the projection cache's own
@@ -19,9 +19,13 @@ from dsh.query import SessionQuery
 from dsh.session.header import SessionLogOffset
 from dsh.subagent.rows import SubagentChildRow
 from dsh.testing.counting import CountingPersistence
-
-from .conftest import Stack, desc, fork_events, open_stack
-from .spies import HANG_GUARD_S, SpyQuery
+from tests.subagent.helpers import (
+    Stack,
+    desc,
+    fork_events,
+    open_stack,
+)
+from tests.subagent.spies import HANG_GUARD_S, SpyQuery
 
 
 def row(child_id: str, label: str, activity: str) -> SubagentChildRow:
@@ -30,7 +34,7 @@ def row(child_id: str, label: str, activity: str) -> SubagentChildRow:
 
 
 async def test_live_child_costs_zero_observations_and_zero_log_reads(stack: Stack, spy_query: SpyQuery) -> None:
-    """(P1) A live child — persisted too — costs 0 observations and 0 log reads, listing after listing."""
+    """A live child — persisted too — costs 0 observations and 0 log reads, listing after listing."""
     child = stack.live_child("live", session_id="live")
     await stack.store.flush(child)
     stack.persistence.reset()
@@ -41,7 +45,7 @@ async def test_live_child_costs_zero_observations_and_zero_log_reads(stack: Stac
 
 
 async def test_unseeded_cold_child_with_a_cache_row_costs_zero(cache_stack: Stack, spy_query: SpyQuery) -> None:
-    """(P2) An unseeded cold child whose cache row the disposal write produced costs 0 observations, 0 reads."""
+    """An unseeded cold child whose cache row the disposal write produced costs 0 observations, 0 reads."""
     stack = cache_stack
     child = stack.live_child("went cold", session_id="c1")
     await stack.settle(child)
@@ -61,7 +65,7 @@ async def test_unseeded_cold_child_with_a_cache_row_costs_zero(cache_stack: Stac
 async def test_seeded_cold_child_costs_exactly_one_even_with_a_cache_row(
     cache_stack: Stack, spy_query: SpyQuery
 ) -> None:
-    """(P3) A seeded cold child with a real cache row costs exactly one observation and one log read per listing."""
+    """A seeded cold child with a real cache row costs exactly one observation and one log read per listing."""
     stack = cache_stack
     child = stack.live_fork_child("fork", own=desc("seeded"))
     await stack.settle(child)
@@ -72,11 +76,11 @@ async def test_seeded_cold_child_costs_exactly_one_even_with_a_cache_row(
         assert await stack.list_children() == [row("fork", "seeded", "inactive")]
         assert spy_query.observed == {"fork": listing}
         assert stack.persistence.reads == {"fork": listing}
-    assert stack.cache_storage.gets["fork"] == 0  # never even asked: seeded children skip rung 2
+    assert stack.cache_storage.gets["fork"] == 0  # never asked: a seeded child's cut is unknown before a read
 
 
 async def test_mixed_catalog_pays_only_for_misses(cache_stack: Stack, spy_query: SpyQuery) -> None:
-    """(P1-P3) Live, cached unseeded, uncached unseeded and seeded cold children: reads only for the last two."""
+    """Live, cached unseeded, uncached unseeded and seeded cold children: reads only for the last two."""
     stack = cache_stack
     stack.live_child("live", session_id="a-live", created_at=1)
     cached = stack.live_child("cached", session_id="b-cached", created_at=2)
@@ -128,7 +132,7 @@ class GatedPersistence(CountingPersistence):
 
 
 async def test_cold_reads_in_flight_never_exceed_the_configured_bound(tmp_path: Path) -> None:
-    """(P3) With `cold_read_concurrency = 3`, 9 seeded cold children: at most 3 log reads in flight, each read once."""
+    """With `cold_read_concurrency = 3`, 9 seeded cold children: at most 3 log reads in flight, each read once."""
     async with open_stack(tmp_path, concurrency=3) as stack:
         ids = [f"fork{index}" for index in range(9)]
         for index, child_id in enumerate(ids):

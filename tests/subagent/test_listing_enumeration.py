@@ -1,4 +1,7 @@
-"""Listing: required services, enumeration, pairing and `has_children` (05 §5 C #30-#49, D #50-#53)."""
+"""Listing: required services, enumeration, pairing with the live store and `hasChildren`.
+
+See docs/catalog.md#enumeration.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,16 @@ from dsh.query.records import SessionRecord
 from dsh.session import HeaderInit, SessionHeader
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.rows import SubagentChildRow, SubagentDiagnosticRow
-
-from .conftest import SpyQuery, Stack, child_events, desc, stored_header, turn_end, turn_start, user_message
+from tests.subagent.helpers import (
+    Stack,
+    child_events,
+    desc,
+    stored_header,
+    turn_end,
+    turn_start,
+    user_message,
+)
+from tests.subagent.spies import SpyQuery
 
 
 def running(child_id: str, label: str, *, has_children: bool = False) -> SubagentChildRow:
@@ -41,32 +52,32 @@ async def _code(stack: Stack, **kwargs: Any) -> str:
     return caught.value.code
 
 
-# ------------------------------------------------------------------------------------------ C. services
+# ------------------------------------------------------------------------------------------ services
 
 
-async def test_30_no_projections_fails_before_listing(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #30) Without `projections`, PROJECTIONS_UNAVAILABLE and `list_sessions` is never called."""
+async def test_missing_projections_fails_before_listing(stack: Stack, spy_query: SpyQuery) -> None:
+    """Without `projections`, PROJECTIONS_UNAVAILABLE and `list_sessions` is never called."""
     stack.services.projections = None
     assert await _code(stack) == "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE"
     assert spy_query.lists == 0
 
 
-async def test_31_no_session_store(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #31) Projections but no `sessions`: SESSION_STORE_UNAVAILABLE, nothing listed."""
+async def test_missing_session_store_fails_before_listing(stack: Stack, spy_query: SpyQuery) -> None:
+    """Projections but no `sessions`: SESSION_STORE_UNAVAILABLE, nothing listed."""
     stack.services.sessions = None
     assert await _code(stack) == "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE"
     assert spy_query.lists == 0
 
 
-async def test_32_no_query_even_with_a_live_child(stack: Stack) -> None:
-    """(05 #32) Projections and sessions but no `query`, with a live child: QUERY_UNAVAILABLE (no live fallback)."""
+async def test_missing_query_fails_even_with_a_live_child(stack: Stack) -> None:
+    """Projections and sessions but no `query`, with a live child: QUERY_UNAVAILABLE (no live fallback)."""
     stack.live_child("live child")
     stack.services.query = None
     assert await _code(stack) == "SUBAGENT_CONTROL_QUERY_UNAVAILABLE"
 
 
-async def test_33_check_order_is_pinned(stack: Stack) -> None:
-    """(05 #33) None of the three services → PROJECTIONS first; only projections → SESSION_STORE."""
+async def test_service_checks_run_in_a_fixed_order(stack: Stack) -> None:
+    """None of the three services → PROJECTIONS first; only projections → SESSION_STORE."""
     stack.services.projections = None
     stack.services.sessions = None
     stack.services.query = None
@@ -75,14 +86,14 @@ async def test_33_check_order_is_pinned(stack: Stack) -> None:
     assert await _code(stack) == "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE"
 
 
-async def test_34_configuration_comes_before_cancellation(stack: Stack) -> None:
-    """(05 #34) An aborted signal and no `query` → QUERY_UNAVAILABLE, not CANCELLED."""
+async def test_configuration_errors_come_before_cancellation(stack: Stack) -> None:
+    """An aborted signal and no `query` → QUERY_UNAVAILABLE, not CANCELLED."""
     stack.services.query = None
     assert await _code(stack, signal=AbortSignal.aborted_with()) == "SUBAGENT_CONTROL_QUERY_UNAVAILABLE"
 
 
-async def test_35_precondition_errors_are_subagent_errors_with_stable_codes(stack: Stack) -> None:
-    """(05 #35) Precondition failures are `SubagentError`s routed by `.code`; the old 003 code exists nowhere in dsh."""
+async def test_precondition_errors_are_subagent_errors_with_stable_codes(stack: Stack) -> None:
+    """Precondition failures are `SubagentError`s routed by `.code`; the retired query code exists nowhere in dsh."""
     messages = {
         "projections": "listing subagents requires the projection registry (services.projections)",
         "sessions": "listing subagents requires the session store (services.sessions)",
@@ -104,8 +115,8 @@ async def test_35_precondition_errors_are_subagent_errors_with_stable_codes(stac
     assert offenders == []
 
 
-async def test_36_live_only_query_serves_live_children(stack: Stack) -> None:
-    """(05 #36) A query without persistence and no `agents` service: the live child is one running row."""
+async def test_live_only_query_serves_live_children(stack: Stack) -> None:
+    """A query without persistence and no `agents` service: the live child is one running row."""
     stack.services.query = SessionQuery(stack.store)
     stack.live_child("live-only child", session_id="c1")
     rows = await stack.list_children()
@@ -134,8 +145,8 @@ class RaisingPersistence:
         return refuse
 
 
-async def test_37_listing_never_calls_persistence(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #37) With a persistence double that raises on every call, cold rows are served and it is never called."""
+async def test_listing_never_calls_persistence(stack: Stack, spy_query: SpyQuery) -> None:
+    """With a persistence double that raises on every call, cold rows are served and it is never called."""
     await stack.author_child("cold-a", events=child_events(desc("first")))
     await stack.author_child("cold-b", header={"createdAt": 2}, events=child_events(desc("second")))
     double = RaisingPersistence()
@@ -146,11 +157,11 @@ async def test_37_listing_never_calls_persistence(stack: Stack, spy_query: SpyQu
     assert double.calls == Counter()
 
 
-# ------------------------------------------------------------------------------------------ C. enumeration
+# ------------------------------------------------------------------------------------------ enumeration
 
 
-async def test_40_parent_only_in_persistence(stack: Stack) -> None:
-    """(05 #40) A parent that exists only in persistence and an authored child under it: one inactive row."""
+async def test_parent_only_in_persistence_lists_its_children(stack: Stack) -> None:
+    """A parent that exists only in persistence and an authored child under it: one inactive row."""
     plain = [turn_start(0), user_message(1), turn_end(2)]
     await stack.author_child(
         "stored-parent", header={"parentSession": None, "origin": None, "delegationDepth": None}, events=plain
@@ -160,8 +171,8 @@ async def test_40_parent_only_in_persistence(stack: Stack) -> None:
     assert await stack.list_children("stored-parent") == [inactive("kid", "kid")]
 
 
-async def test_41_order_by_created_at_then_id_and_forks_are_absent(stack: Stack) -> None:
-    """(05 #41) Live children at (9), (5, …0002), (5, …0001) and an ordinary fork: …0001, …0002, …0009."""
+async def test_rows_are_ordered_by_created_at_then_id_and_forks_are_absent(stack: Stack) -> None:
+    """Live children at (9), (5, …0002), (5, …0001) and an ordinary fork: …0001, …0002, …0009."""
     stack.live_child("nine", session_id="01J0000000000000000000009", created_at=9)
     stack.live_child("two", session_id="01J0000000000000000000002", created_at=5)
     stack.live_child("one", session_id="01J0000000000000000000001", created_at=5)
@@ -176,22 +187,22 @@ async def test_41_order_by_created_at_then_id_and_forks_are_absent(stack: Stack)
     ]
 
 
-async def test_42_id_tie_break_is_code_point_order(stack: Stack) -> None:
-    """(05 #42) Same `createdAt`, ids "B" and "a": "B" comes first (code point order)."""
+async def test_id_tie_break_is_code_point_order(stack: Stack) -> None:
+    """Same `createdAt`, ids "B" and "a": "B" comes first (code point order)."""
     stack.live_child("lower", session_id="a", created_at=7)
     stack.live_child("upper", session_id="B", created_at=7)
     assert [row.id for row in await stack.list_children()] == ["B", "a"]
 
 
-async def test_43_unknown_parent_lists_nothing(stack: Stack) -> None:
-    """(05 #43) A parent id that exists nowhere gives `[]` (deviation 4)."""
+async def test_unknown_parent_lists_nothing(stack: Stack) -> None:
+    """A parent id that exists nowhere gives `[]`, not an error (docs/catalog.md#accepted-deviations)."""
     stack.live_child("someone's child")
     await stack.author_child("cold")
     assert await stack.list_children("nobody-has-this-id") == []
 
 
-async def test_44_corpus_failure_propagates_unchanged(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #44) `list_sessions` raising RuntimeError (no abort): that same exception propagates, nothing observed."""
+async def test_corpus_failure_propagates_unchanged(stack: Stack, spy_query: SpyQuery) -> None:
+    """`list_sessions` raising RuntimeError (no abort): that same exception propagates, nothing observed."""
     await stack.author_child("cold")
     failure = RuntimeError("backend listing failed")
     spy_query.list_failure = failure
@@ -201,8 +212,10 @@ async def test_44_corpus_failure_propagates_unchanged(stack: Stack, spy_query: S
     assert spy_query.observations == 0
 
 
-async def test_45_record_marked_cold_but_live_in_store_uses_rung_1(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #45) A record marked not live whose id the store holds live: `running`, rung 1, no observation."""
+async def test_record_marked_cold_but_live_in_the_store_uses_the_live_identity(
+    stack: Stack, spy_query: SpyQuery
+) -> None:
+    """A record marked not live whose id the store holds live: `running` from the live identity, no observation."""
     stack.live_child("live now", session_id="c1")
 
     async def mark_cold(records: list[SessionRecord], _signal: object) -> list[SessionRecord]:
@@ -214,8 +227,8 @@ async def test_45_record_marked_cold_but_live_in_store_uses_rung_1(stack: Stack,
     assert stack.persistence.total_reads == 0
 
 
-async def test_46_record_marked_live_but_gone_is_cold(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #46) A record marked live whose session left the store before pairing is cold: observed, `inactive`."""
+async def test_record_marked_live_but_gone_from_the_store_is_cold(stack: Stack, spy_query: SpyQuery) -> None:
+    """A record marked live whose session left the store before pairing is cold: observed, `inactive`."""
     child = stack.live_child("left the store", session_id="c1")
     await stack.store.flush(child)
 
@@ -229,8 +242,11 @@ async def test_46_record_marked_live_but_gone_is_cold(stack: Stack, spy_query: S
     assert spy_query.observed == {"c1": 1}
 
 
-async def test_47_live_header_wins_without_a_check(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #47) Persisted header names parent X, live header names Y: X lists nothing, Y a running row (deviation 2)."""
+async def test_live_header_wins_without_a_consistency_check(stack: Stack, spy_query: SpyQuery) -> None:
+    """Persisted header names parent X, live header names Y: X lists nothing and Y a running row.
+
+    An accepted deviation (docs/catalog.md#accepted-deviations): the two headers are not compared.
+    """
     stack.live_child("under y", session_id="c1", parent="Y")
 
     async def persisted_under_x(records: list[SessionRecord], _signal: object) -> list[SessionRecord]:
@@ -249,8 +265,8 @@ async def test_47_live_header_wins_without_a_check(stack: Stack, spy_query: SpyQ
     assert spy_query.observations == 0
 
 
-async def test_48_provider_availability_is_not_a_filter(stack: Stack) -> None:
-    """(05 #48) A descriptor naming provider `not-mounted` is listed normally, live and cold."""
+async def test_provider_availability_is_not_a_filter(stack: Stack) -> None:
+    """A descriptor naming provider `not-mounted` is listed normally, live and cold."""
     data = {"version": 2, "mode": "continuable", "provider": "not-mounted", "label": "orphaned provider"}
     await stack.author_child("cold", events=child_events(data))
     stack.live_child(None, session_id="live", data=data)
@@ -260,8 +276,8 @@ async def test_48_provider_availability_is_not_a_filter(stack: Stack) -> None:
     ]
 
 
-async def test_49_unpublished_sessions_are_neither_listed_nor_paired(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #49) A prepared, unpublished child is not listed, and never pairs with a persisted record of its id."""
+async def test_unpublished_sessions_are_neither_listed_nor_paired(stack: Stack, spy_query: SpyQuery) -> None:
+    """A prepared, unpublished child is not listed, and never pairs with a persisted record of its id."""
     header = HeaderInit(parent_session="parent", origin="subagent", delegation_depth=1)
     hidden = stack.store.prepare("hidden", header=header)
     hidden.append("turn/start", {"turn": 0})
@@ -273,26 +289,26 @@ async def test_49_unpublished_sessions_are_neither_listed_nor_paired(stack: Stac
     assert spy_query.observed == {"twin": 1}
 
 
-# ------------------------------------------------------------------------------------------ D. has_children
+# ------------------------------------------------------------------------------------------ has_children
 
 
-async def test_50_cold_child_with_an_origin_grandchild(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 #50) An authored origin grandchild makes `hasChildren` true and is never observed."""
+async def test_origin_grandchild_sets_has_children_without_being_observed(stack: Stack, spy_query: SpyQuery) -> None:
+    """An authored origin grandchild makes `hasChildren` true and is never observed."""
     await stack.author_child("child", events=child_events(desc("child")))
     await stack.author_child("grandchild", header={"parentSession": "child", "delegationDepth": 2})
     assert await stack.list_children() == [inactive("child", "child", has_children=True)]
     assert "grandchild" not in spy_query.observed
 
 
-async def test_51_grandchild_without_origin_does_not_count(stack: Stack) -> None:
-    """(05 #51) A grandchild without `origin` leaves `hasChildren` false."""
+async def test_grandchild_without_origin_does_not_count(stack: Stack) -> None:
+    """A grandchild without `origin` leaves `hasChildren` false."""
     await stack.author_child("child", events=child_events(desc("child")))
     await stack.author_child("plain", header={"parentSession": "child", "origin": None})
     assert await stack.list_children() == [inactive("child", "child")]
 
 
-async def test_52_diagnostic_grandchild_still_counts(stack: Stack) -> None:
-    """(05 #52) A malformed-descriptor grandchild is `corrupt` under the child and still sets `hasChildren`."""
+async def test_diagnostic_grandchild_still_counts(stack: Stack) -> None:
+    """A malformed-descriptor grandchild is `corrupt` under the child and still sets `hasChildren`."""
     await stack.author_child("child", events=child_events(desc("child")))
     malformed = {"version": 2, "mode": "continuable", "provider": 7, "label": "broken"}
     await stack.author_child("grandchild", header={"parentSession": "child"}, events=child_events(malformed))
@@ -300,8 +316,8 @@ async def test_52_diagnostic_grandchild_still_counts(stack: Stack) -> None:
     assert await stack.list_children() == [inactive("child", "child", has_children=True)]
 
 
-async def test_53_creation_window_grandchild_counts(stack: Stack) -> None:
-    """(05 #53) A live origin grandchild still in its creation window sets `hasChildren` on the child."""
+async def test_creation_window_grandchild_counts(stack: Stack) -> None:
+    """A live origin grandchild still in its creation window sets `hasChildren` on the child."""
     await stack.author_child("child", events=child_events(desc("child")))
     stack.live_child(None, session_id="grandchild", parent="child")
     assert await stack.list_children("child") == []

@@ -1,7 +1,7 @@
 """`SubagentRuntime` as the catalog's host: call-time services, lazy unit registration, provenance report.
 
-05 §2.1 and §3.1: services are read at call time, the units are registered idempotently in whichever
-registry is mounted when a listing runs (all or nothing), and the runtime keeps no state between calls.
+Services are read at call time, the units are registered idempotently in whichever registry is mounted
+when a listing runs (all or nothing), and the runtime keeps no state between calls.
 """
 
 from __future__ import annotations
@@ -15,18 +15,19 @@ from dsh.services import Services
 from dsh.subagent.listing import ListingReport
 from dsh.subagent.rows import SubagentChildRow
 from dsh.subagent.runtime import SubagentRuntime
-
-from .conftest import Stack, child_events, desc, fork_events, identity_row
-from .spies import SpyQuery
-
-
-class _Passthrough:
-    def validate_python(self, value: object, /) -> object:
-        return value
+from tests.subagent.helpers import (
+    PassthroughSchema,
+    Stack,
+    child_events,
+    desc,
+    fork_events,
+    identity_row,
+)
+from tests.subagent.spies import SpyQuery
 
 
 async def test_registry_mounted_later_is_served_at_call_time(stack: Stack, spy_query: SpyQuery) -> None:
-    """(05 §2.1) A registry mounted after the runtime was built gets the units at the next listing."""
+    """A registry mounted after the runtime was built gets the units at the next listing."""
     fresh = ProjectionRegistry(stack.store)
     try:
         stack.services.projections = fresh
@@ -52,8 +53,8 @@ async def test_unit_registration_is_all_or_nothing(stack: Stack) -> None:
         state_version=1,
         init=dict,
         apply=lambda state, _event: state,
-        state_schema=_Passthrough(),
-        view=ClientView(render=dict, schema=_Passthrough()),
+        state_schema=PassthroughSchema(),
+        view=ClientView(render=dict, schema=PassthroughSchema()),
     )
     dispose = registry.register(squatter)
     try:
@@ -67,7 +68,7 @@ async def test_unit_registration_is_all_or_nothing(stack: Stack) -> None:
 
 
 async def test_report_names_the_rung_of_every_row(cache_stack: Stack, spy_query: SpyQuery) -> None:
-    """The optional per-call report says which rung served each row and how many observations ran."""
+    """The per-call report names each row's rung (live, cached or observed identity) and counts the observations."""
     stack = cache_stack
     stack.live_child("live", session_id="a-live", created_at=1)
     await stack.author_child("b-cached", header={"createdAt": 2}, events=child_events(desc("cached")))

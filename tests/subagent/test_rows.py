@@ -1,8 +1,9 @@
-"""Catalog row shapes and their JSON form (05 §3.7), and the subagent error kinds (05 §4.9).
+"""Catalog row shapes and their JSON form (docs/catalog.md#rows-on-the-wire), and the subagent error kinds.
 
-Acceptance tests 05 §5 L #123-#124, plus the strictness of `from_json`, the exact sample lines of
-05 §3.7, and the parts of #35 that need no listing: `SubagentError` is a `DshError` with a stable
-code, and the retired code `SUBAGENT_CONTROL_SESSION_QUERY_UNAVAILABLE` appears nowhere in `dsh`.
+Key order and the absent `label`, the strictness of `from_json`, and the sample wire lines byte for
+byte. On the error side: `SubagentError` is a `DshError` with a stable code from a closed set
+(docs/errors.md#codes), and the retired code `SUBAGENT_CONTROL_SESSION_QUERY_UNAVAILABLE` appears
+nowhere in `dsh`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dsh
@@ -25,9 +26,10 @@ from dsh.subagent.rows import (
     SubagentDiagnosticRow,
     entry_from_json,
 )
+from tests.helpers import examples
 
-# The four sample lines of 05 §3.7, byte for byte.
-SPEC_LINES = [
+# The four sample rows of the wire format (child, unlabelled one-shot, diagnostic, descendant), byte for byte.
+SAMPLE_LINES = [
     b'{"kind":"child","id":"c1","mode":"continuable","label":"summarize the doc",'
     b'"activity":"inactive","hasChildren":false}',
     b'{"kind":"child","id":"c2","mode":"one-shot","activity":"running","hasChildren":true}',
@@ -58,15 +60,15 @@ def child(**changes: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ serialization
 
 
-def test_123_child_row_key_order() -> None:
-    """(05 #123) A child row serializes as kind, id, mode, label, activity, hasChildren, in that order."""
+def test_child_row_key_order() -> None:
+    """A child row serializes as kind, id, mode, label, activity, hasChildren, in that order."""
     row = SubagentChildRow(SessionId("c1"), "continuable", "inactive", False, label="summarize the doc")
     assert list(row.to_json()) == ["kind", "id", "mode", "label", "activity", "hasChildren"]
-    assert orjson.dumps(row.to_json()) == SPEC_LINES[0]
+    assert orjson.dumps(row.to_json()) == SAMPLE_LINES[0]
 
 
-def test_123_unlabelled_one_shot_leaves_label_out() -> None:
-    """(05 #123) An unlabelled one-shot row has no `label` key at all (never `null`)."""
+def test_unlabelled_one_shot_leaves_label_out() -> None:
+    """An unlabelled one-shot row has no `label` key at all (never `null`)."""
     row = SubagentChildRow(SessionId("c2"), "one-shot", "running", True)
     assert row.to_json() == {
         "kind": "child",
@@ -76,11 +78,11 @@ def test_123_unlabelled_one_shot_leaves_label_out() -> None:
         "hasChildren": True,
     }
     assert "label" not in row.to_json()
-    assert orjson.dumps(row.to_json()) == SPEC_LINES[1]
+    assert orjson.dumps(row.to_json()) == SAMPLE_LINES[1]
 
 
-def test_123_continuable_row_without_label_is_rejected() -> None:
-    """(05 #123) `from_json` of a continuable row without `label` raises, and so does the constructor."""
+def test_continuable_row_without_label_is_rejected() -> None:
+    """`from_json` of a continuable row without `label` raises, and so does the constructor."""
     with pytest.raises(ValueError, match="label"):
         entry_from_json(child(label=None))
     with pytest.raises(ValueError, match="label"):
@@ -89,8 +91,8 @@ def test_123_continuable_row_without_label_is_rejected() -> None:
         SubagentChildRow(SessionId("c1"), "continuable", "inactive", False)
 
 
-def test_124_unsupported_diagnostic_is_accepted() -> None:
-    """(05 #124) `{"kind":"diagnostic","id":"x","reason":"unsupported"}` parses, although the listing never makes it."""
+def test_unsupported_diagnostic_is_accepted() -> None:
+    """`{"kind":"diagnostic","id":"x","reason":"unsupported"}` parses, although the listing never makes it."""
     data = {"kind": "diagnostic", "id": "x", "reason": "unsupported"}
     row = entry_from_json(data)
     assert row == SubagentDiagnosticRow(SessionId("x"), "unsupported")
@@ -98,22 +100,22 @@ def test_124_unsupported_diagnostic_is_accepted() -> None:
     assert row.to_json() == data
 
 
-def test_spec_sample_lines_round_trip() -> None:
-    """Each sample line of 05 §3.7 parses and serializes back to the same bytes."""
-    for line in SPEC_LINES[:3]:
+def test_sample_lines_round_trip() -> None:
+    """Each sample wire line parses and serializes back to the same bytes."""
+    for line in SAMPLE_LINES[:3]:
         assert orjson.dumps(entry_from_json(orjson.loads(line)).to_json()) == line
-    descendant = SubagentDescendantEntry.from_json(orjson.loads(SPEC_LINES[3]))
+    descendant = SubagentDescendantEntry.from_json(orjson.loads(SAMPLE_LINES[3]))
     assert descendant.parent_id == "c1"
     assert descendant.depth == 2
     assert descendant.entry == SubagentChildRow(SessionId("g1"), "continuable", "running", False, label="nested leaf")
-    assert orjson.dumps(descendant.to_json()) == SPEC_LINES[3]
+    assert orjson.dumps(descendant.to_json()) == SAMPLE_LINES[3]
 
 
 def test_diagnostic_row_shape() -> None:
     """A diagnostic row is exactly `{kind, id, reason}`: no mode, label or hasChildren."""
     row = SubagentDiagnosticRow(SessionId("c3"), "corrupt")
     assert list(row.to_json()) == ["kind", "id", "reason"]
-    assert orjson.dumps(row.to_json()) == SPEC_LINES[2]
+    assert orjson.dumps(row.to_json()) == SAMPLE_LINES[2]
     assert row.kind == "diagnostic"
 
 
@@ -183,12 +185,12 @@ def test_kind_specific_parsers_refuse_the_other_kind() -> None:
 @pytest.mark.parametrize(
     ("data", "match"),
     [
-        (orjson.loads(SPEC_LINES[3]) | {"depth": 0}, "depth"),
-        (orjson.loads(SPEC_LINES[3]) | {"depth": True}, "depth"),
-        (orjson.loads(SPEC_LINES[3]) | {"depth": 1.0}, "depth"),
-        (orjson.loads(SPEC_LINES[3]) | {"parentId": ""}, "parentId"),
-        (orjson.loads(SPEC_LINES[2]), "parentId"),
-        (orjson.loads(SPEC_LINES[3]) | {"extra": 1}, 'unknown field "extra"'),
+        (orjson.loads(SAMPLE_LINES[3]) | {"depth": 0}, "depth"),
+        (orjson.loads(SAMPLE_LINES[3]) | {"depth": True}, "depth"),
+        (orjson.loads(SAMPLE_LINES[3]) | {"depth": 1.0}, "depth"),
+        (orjson.loads(SAMPLE_LINES[3]) | {"parentId": ""}, "parentId"),
+        (orjson.loads(SAMPLE_LINES[2]), "parentId"),
+        (orjson.loads(SAMPLE_LINES[3]) | {"extra": 1}, 'unknown field "extra"'),
     ],
 )
 def test_descendant_from_json_is_strict(data: dict[str, Any], match: str) -> None:
@@ -245,6 +247,7 @@ _diagnostic_rows = st.builds(
 _rows = _child_rows | _diagnostic_rows
 
 
+@settings(max_examples=examples(100))
 @given(row=_rows, parent=_ids, depth=st.integers(1, 10_000), descend=st.booleans())
 def test_rows_round_trip_through_json(
     row: SubagentChildRow | SubagentDiagnosticRow, parent: str, depth: int, descend: bool
@@ -273,8 +276,8 @@ def test_subagent_error_carries_a_stable_code() -> None:
     assert keyword.__cause__ is None
 
 
-def test_subagent_error_codes_are_the_spec_table() -> None:
-    """The codes `SubagentError` may carry are exactly the MUST codes of 05 §4.9; others are refused."""
+def test_subagent_error_codes_are_a_closed_set() -> None:
+    """The codes `SubagentError` may carry are a closed set (docs/errors.md#codes); any other code is refused."""
     assert SubagentError.codes == {
         "DUPLICATE_PROVIDER",
         "NO_PROVIDER",
@@ -307,8 +310,8 @@ def test_other_subagent_errors() -> None:
     assert descriptor.code == "SUBAGENT_DESCRIPTOR_INVALID"
 
 
-def test_35_retired_code_exists_nowhere_in_dsh() -> None:
-    """(05 #35) `SUBAGENT_CONTROL_SESSION_QUERY_UNAVAILABLE` appears in no file of the `dsh` source tree."""
+def test_retired_code_exists_nowhere_in_dsh() -> None:
+    """`SUBAGENT_CONTROL_SESSION_QUERY_UNAVAILABLE` appears in no file of the `dsh` source tree."""
     retired = "SUBAGENT_CONTROL_" + "SESSION_QUERY_UNAVAILABLE"  # split so this file never matches a grep
     root = Path(dsh.__file__).parent
     # Every shipped file (code, docs, web assets), but not bytecode caches, which only mirror sources.

@@ -1,8 +1,10 @@
-"""The `subagent` identity unit and the `subagentTiming` unit (05 §2).
+"""The `subagent` identity unit and the `subagentTiming` unit.
 
-Acceptance tests 05 §5 B #18-#29: lazy registration by `SubagentRuntime` and its release in the 00 §3
-close order, the identity fold (last-wins, reset, seq, same-object returns), hypothesis fuzzing of
-descriptor data against both units, the cache ignoring version-1 rows, and the timing fold numbers.
+Lazy registration by `SubagentRuntime` and its release in the runtime's close order
+(docs/architecture.md#open-and-close-order), the identity fold (last valid descriptor wins, a bad one
+resets, the identity carries its seq, an unchanged state comes back as the same object), hypothesis
+fuzzing of descriptor data against both units (docs/projections.md#unit-contract), the cache ignoring
+version-1 rows, and the timing fold's numbers.
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ from dsh.subagent.units import (
     subagent_timing_unit,
 )
 from dsh.testing import ManualTimer
+from tests.helpers import examples
 
 IDENTITY = subagent_identity_unit()
 TIMING = subagent_timing_unit()
 
 
 def desc(label: str = "was valid", *, version: object = 2, **extra: object) -> dict[str, object]:
-    """A continuable descriptor payload (05 §5 `desc(label, v)`)."""
+    """A continuable descriptor payload; `version` and `extra` override or extend its fields."""
     return {"version": version, "mode": "continuable", "provider": "spawn", "label": label, **extra}
 
 
@@ -103,11 +106,11 @@ def live_child(store: SessionStore, session_id: str = "child") -> Session:
     return session
 
 
-# ------------------------------------------------------------------------------ registration (#18, #26)
+# ------------------------------------------------------------------------------ registration
 
 
-async def test_18_lazy_registration_and_release_in_close_order(store: SessionStore) -> None:
-    """(05 #18) A registry mounted after the runtime gets both units at the first listing; closing removes them."""
+async def test_units_register_lazily_and_release_in_close_order(store: SessionStore) -> None:
+    """A registry mounted after the runtime gets both units at the first listing; closing removes them."""
     services = Services(sessions=store, query=SessionQuery(store))
     runtime = SubagentRuntime(services, config=SubagentConfig())
     registry = ProjectionRegistry(store)
@@ -127,7 +130,7 @@ async def test_18_lazy_registration_and_release_in_close_order(store: SessionSto
     # A second listing registers nothing twice: one release below still removes the keys.
     await runtime.list_children(SessionId("empty"))
 
-    # 00 §3 order: subagent runtime, then sessions, (the cache would close here), then the units.
+    # The runtime's close order: subagent runtime, then sessions, (the cache would close here), then the units.
     await runtime.aclose()
     await store.aclose()
     assert set(registry.keys()) == {SUBAGENT_IDENTITY_KEY, SUBAGENT_TIMING_KEY}
@@ -181,8 +184,8 @@ async def test_runtime_serves_a_registry_swapped_in_later(store: SessionStore) -
     second.close()
 
 
-def test_26_units_register_with_state_version_2() -> None:
-    """(05 #26) Both units have `state_version == 2`, client views, and the identity unit declares its one type."""
+def test_units_have_state_version_2_and_client_views() -> None:
+    """Both units have `state_version == 2`, client views, and the identity unit declares its one type."""
     assert IDENTITY.key == "subagent"
     assert TIMING.key == "subagentTiming"
     assert IDENTITY.state_version == 2
@@ -195,7 +198,7 @@ def test_26_units_register_with_state_version_2() -> None:
 
 @pytest.fixture
 async def cache_parts(store: SessionStore, registry: ProjectionRegistry) -> AsyncIterator[ProjectionCache]:
-    """A projection cache on memory storage over a memory-backed coordinator; closed in 00 §3 order."""
+    """A projection cache on memory storage over a memory-backed coordinator; closed in the runtime's close order."""
     async with PersistenceCoordinator(MemoryBackend(), store, timer=ManualTimer()) as coordinator:
         cache = await ProjectionCache.open(
             MemoryCacheStorage(), registry=registry, sessions=store, persistence=coordinator, timer=ManualTimer()
@@ -220,8 +223,8 @@ async def _put(cache: ProjectionCache, rows: Mapping[str, Any]) -> None:
     await cache.storage.put(_CACHED_HEADER.id, record)
 
 
-async def test_26_cache_ignores_a_version_1_subagent_row(cache_parts: ProjectionCache) -> None:
-    """(05 #26) A `subagent` row at `ver: 1` is left out by `cached_snapshot`; the timing row still serves."""
+async def test_cache_ignores_a_version_1_subagent_row(cache_parts: ProjectionCache) -> None:
+    """A `subagent` row at `ver: 1` is left out by `cached_snapshot`; the timing row still serves."""
     timing_row = {"ver": 2, "seq": 3, "val": {"descriptorSeen": True, "settledMs": 5}}
     await _put(cache_parts, {"subagent": {"ver": 1, "seq": 3, "val": _IDENTITY_ROW_VAL}, "subagentTiming": timing_row})
 
@@ -272,11 +275,11 @@ async def test_cache_serves_the_null_sentinel_row(cache_parts: ProjectionCache) 
     assert snapshot.values == {"subagent": None}
 
 
-# ------------------------------------------------------------------------------ identity unit (#19-#24)
+# ------------------------------------------------------------------------------ identity unit
 
 
-def test_19_state_and_view_after_a_descriptor_at_seq_1(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(05 #19) Before a descriptor the state is `{}` and the view None; after one at seq 1, the wrapped identity."""
+def test_identity_state_and_view_after_a_descriptor_at_seq_1(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """Before a descriptor the state is `{}` and the view None; after one at seq 1, the wrapped identity."""
     session = live_child(store)
     assert registry.state_of(session, "subagent") == {}
     assert registry.snapshot(session, ["subagent"]).values == {"subagent": None}
@@ -294,7 +297,7 @@ def test_19_state_and_view_after_a_descriptor_at_seq_1(store: SessionStore, regi
     assert list(value) == ["mode", "label", "seq"]
 
 
-def test_19_one_shot_identity_without_label(store: SessionStore, registry: ProjectionRegistry) -> None:
+def test_one_shot_identity_without_label_has_no_label_key(store: SessionStore, registry: ProjectionRegistry) -> None:
     """A one-shot descriptor without a label folds to `{mode, seq}` with no label key."""
     session = live_child(store)
     session.append(SUBAGENT_DESCRIPTOR_TYPE, {"version": 2, "mode": "one-shot", "provider": "spawn"})
@@ -302,10 +305,10 @@ def test_19_one_shot_identity_without_label(store: SessionStore, registry: Proje
     assert registry.snapshot(session, ["subagent"]).get("subagent") == {"mode": "one-shot", "seq": 1}
 
 
-def test_20_malformed_later_descriptor_keeps_null_through_json(
+def test_malformed_later_descriptor_gives_a_null_that_survives_json(
     store: SessionStore, registry: ProjectionRegistry
 ) -> None:
-    """(05 #20) A later descriptor with `provider: 7` resets the view to null, and `"subagent": null` survives JSON."""
+    """A later descriptor with `provider: 7` resets the view to null, and `"subagent": null` survives JSON."""
     session = live_child(store)
     session.append(SUBAGENT_DESCRIPTOR_TYPE, desc("first"))
     session.append(SUBAGENT_DESCRIPTOR_TYPE, desc("first", provider=7))
@@ -319,8 +322,8 @@ def test_20_malformed_later_descriptor_keeps_null_through_json(
     assert registry.state_of(session, "subagent") == {}
 
 
-def test_21_last_valid_descriptor_wins() -> None:
-    """(05 #21) Of two valid descriptors the identity is the second one, with its seq."""
+def test_last_valid_descriptor_wins() -> None:
+    """Of two valid descriptors the identity is the second one, with its seq."""
     state = fold(IDENTITY, [event(SUBAGENT_DESCRIPTOR_TYPE, 3, 0, desc("one")), event("turn/end", 4)])
     state = fold(IDENTITY, [event(SUBAGENT_DESCRIPTOR_TYPE, 7, 0, desc("two"))], state)
     assert state == {"identity": {"mode": "continuable", "label": "two", "seq": 7}}
@@ -340,8 +343,8 @@ def test_21_last_valid_descriptor_wins() -> None:
         [desc()],
     ],
 )
-def test_22_bad_descriptor_resets(bad: object) -> None:
-    """(05 #22) A valid descriptor followed by an unsupported or malformed one folds to `{}` and a null view."""
+def test_bad_descriptor_resets_the_identity(bad: object) -> None:
+    """A valid descriptor followed by an unsupported or malformed one folds to `{}` and a null view."""
     state = fold(IDENTITY, [event(SUBAGENT_DESCRIPTOR_TYPE, 0, 0, desc()), event(SUBAGENT_DESCRIPTOR_TYPE, 1, 0, bad)])
     assert state == {}
     assert view(IDENTITY, state) is None
@@ -379,8 +382,8 @@ def _fork_with_ancestor(store: SessionStore) -> Session:
     return child
 
 
-def test_23_own_descriptor_overrides_the_ancestor(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(05 #23) With an ancestor descriptor at seq 2 and an own one at seq 5, the identity carries seq 5."""
+def test_own_descriptor_overrides_the_ancestor(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """With an ancestor descriptor at seq 2 and an own one at seq 5, the identity carries seq 5."""
     child = _fork_with_ancestor(store)
     own = child.append(SUBAGENT_DESCRIPTOR_TYPE, desc("own label"))
     assert own.seq == 5
@@ -389,15 +392,15 @@ def test_23_own_descriptor_overrides_the_ancestor(store: SessionStore, registry:
     assert child.is_own_seq(5)
 
 
-def test_23_unit_does_not_judge_provenance(store: SessionStore, registry: ProjectionRegistry) -> None:
-    """(05 #23) Without an own descriptor the identity is the ancestor's at seq 2; only consumers judge it."""
+def test_unit_does_not_judge_provenance(store: SessionStore, registry: ProjectionRegistry) -> None:
+    """Without an own descriptor the identity is the ancestor's at seq 2; only consumers judge it."""
     child = _fork_with_ancestor(store)
     value = registry.snapshot(child, ["subagent"]).get("subagent")
     assert value == {"mode": "continuable", "label": "ancestor label", "seq": 2}
     assert not child.is_own_seq(2)
 
 
-def test_23_broken_own_descriptor_does_not_inherit(store: SessionStore, registry: ProjectionRegistry) -> None:
+def test_broken_own_descriptor_does_not_inherit(store: SessionStore, registry: ProjectionRegistry) -> None:
     """A fork whose own descriptor is broken does not inherit its ancestor's identity (last-wins reset)."""
     child = _fork_with_ancestor(store)
     child.append(SUBAGENT_DESCRIPTOR_TYPE, desc("own", mode="bogus"))
@@ -424,14 +427,14 @@ _identity_states = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(kind=st.sampled_from(_OTHER_TYPES), data=_json, state=_identity_states, time=st.integers(0, 10**13))
-def test_24_identity_ignores_every_other_event(kind: str, data: Any, state: dict[str, Any], time: int) -> None:
-    """(05 #24) Any event that is not a descriptor returns the very same state object."""
+def test_identity_ignores_every_other_event(kind: str, data: Any, state: dict[str, Any], time: int) -> None:
+    """Any event that is not a descriptor returns the very same state object."""
     assert IDENTITY.apply(state, event(kind, 9, time, data)) is state
 
 
-# ------------------------------------------------------------------------------ fuzzing (#25)
+# ------------------------------------------------------------------------------ fuzzing
 
 _times = st.one_of(st.integers(0, 10**13), st.integers(0, 10**13), st.sampled_from(["x", None, 1.5, True, -1]))
 _descriptor_data = st.one_of(
@@ -453,10 +456,10 @@ def _check_state(unit: ProjectionUnit[Any, Any], state: Any) -> None:
     assert is_json(freeze(rendered))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(steps=_steps)
-def test_25_arbitrary_descriptor_data_never_breaks_either_unit(steps: list[tuple[str, object, Any]]) -> None:
-    """(05 #25) Arbitrary JSON as descriptor data, any times: neither unit raises and every view passes its schema."""
+def test_arbitrary_descriptor_data_never_breaks_either_unit(steps: list[tuple[str, object, Any]]) -> None:
+    """Arbitrary JSON as descriptor data, any times: neither unit raises and every view passes its schema."""
     states = {IDENTITY.key: IDENTITY.init(), TIMING.key: TIMING.init()}
     for seq, (kind, time, payload) in enumerate(steps):
         data = payload if kind == SUBAGENT_DESCRIPTOR_TYPE else {"turn": 0}
@@ -472,10 +475,10 @@ def test_25_arbitrary_descriptor_data_never_breaks_either_unit(steps: list[tuple
     assert "settledMs" in view(TIMING, states[TIMING.key])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=_descriptor_data, state=_identity_states, seq=st.integers(0, 10_000))
-def test_25_identity_never_mutates_and_matches_the_parse(data: Any, state: dict[str, Any], seq: int) -> None:
-    """(05 #25) The identity fold never mutates its input and yields the parsed mode/label with the event seq."""
+def test_identity_never_mutates_and_matches_the_parse(data: Any, state: dict[str, Any], seq: int) -> None:
+    """The identity fold never mutates its input and yields the parsed mode/label with the event seq."""
     before = orjson.dumps(state)
     result = IDENTITY.apply(state, event(SUBAGENT_DESCRIPTOR_TYPE, seq, 0, data))
     assert orjson.dumps(state) == before
@@ -510,16 +513,16 @@ _REPRESENTATIVE: list[dict[str, object]] = [
 
 
 @pytest.mark.parametrize("unit", [IDENTITY, TIMING], ids=["subagent", "subagentTiming"])
-def test_25_both_units_keep_the_unit_contract(unit: ProjectionUnit[Any, Any]) -> None:
-    """(05 #25) `check_unit`: pure init, no raise, same object for undeclared types, restore == live fold."""
-    check_unit(unit, _REPRESENTATIVE, max_examples=60)
+def test_both_units_keep_the_unit_contract(unit: ProjectionUnit[Any, Any]) -> None:
+    """`check_unit`: pure init, no raise, same object for undeclared types, restore == live fold."""
+    check_unit(unit, _REPRESENTATIVE, max_examples=examples(60))
 
 
-# ------------------------------------------------------------------------------ timing unit (#27-#29)
+# ------------------------------------------------------------------------------ timing unit
 
 
-def test_27_settled_time_counts_turns_after_the_last_descriptor() -> None:
-    """(05 #27) Two descriptors and three turns fold to `{settledMs: 5100}`."""
+def test_settled_time_counts_turns_after_the_last_descriptor() -> None:
+    """Two descriptors and three turns fold to `{settledMs: 5100}`."""
     state = fold(
         TIMING,
         timeline(
@@ -537,8 +540,8 @@ def test_27_settled_time_counts_turns_after_the_last_descriptor() -> None:
     assert state == {"descriptorSeen": True, "settledMs": 5100}
 
 
-def test_28_backwards_clock_and_open_interval() -> None:
-    """(05 #28) A turn ending before it started adds 0, and an open turn shows `active` up to the last event."""
+def test_backwards_clock_adds_zero_and_an_open_turn_is_active() -> None:
+    """A turn ending before it started adds 0, and an open turn shows `active` up to the last event."""
     state = fold(
         TIMING,
         timeline(
@@ -553,8 +556,8 @@ def test_28_backwards_clock_and_open_interval() -> None:
     assert list(view(TIMING, state)) == ["settledMs", "active"]
 
 
-def test_29_initial_state_ignores_chunks_and_turn_ends() -> None:
-    """(05 #29) From the initial state a chunk or a `turn/end` returns the same object."""
+def test_initial_state_ignores_chunks_and_turn_ends() -> None:
+    """From the initial state a chunk or a `turn/end` returns the same object."""
     initial = TIMING.init()
     assert initial == {"descriptorSeen": False, "settledMs": 0}
     assert TIMING.apply(initial, event("assistant/chunk", 0, 5)) is initial
@@ -562,8 +565,8 @@ def test_29_initial_state_ignores_chunks_and_turn_ends() -> None:
     assert view(TIMING, initial) == {"settledMs": 0}
 
 
-def test_29_turns_before_the_descriptor_never_count() -> None:
-    """(05 #29) turn/start@100, turn/end@200, desc@300 fold to `{settledMs: 0}` with no active interval."""
+def test_turns_before_the_descriptor_never_count() -> None:
+    """turn/start@100, turn/end@200, desc@300 fold to `{settledMs: 0}` with no active interval."""
     state = fold(TIMING, timeline(("turn/start", 100), ("turn/end", 200), (SUBAGENT_DESCRIPTOR_TYPE, 300)))
     assert view(TIMING, state) == {"settledMs": 0}
     assert state == {"descriptorSeen": True, "settledMs": 0}

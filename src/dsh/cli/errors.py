@@ -1,4 +1,4 @@
-"""The CLI's one table from error families to exit codes (06 §5)."""
+"""The CLI's one table from error families to exit codes (docs/errors.md#cli-exit-codes)."""
 
 from __future__ import annotations
 

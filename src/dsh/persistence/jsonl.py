@@ -1,12 +1,12 @@
 """The JSONL storage backend (the default): one append-only file per session, zstd frames or plain lines.
 
 Layer: persistence. `JsonlBackend` implements the `StorageBackend` hooks over a directory tree
-(02 §6): `<root>/<project key>/<encoded id>/session.jsonl.zstd` (or `session.jsonl`). The pure codec
-(layout, encoding, framing, the scanner and its torn/corruption rules) lives in
-`dsh.persistence.jsonl_format`; this module owns the files: stable reads, durable materialization
-(temp file + `fsync` + `os.link`), appends with rollback, repairs, the listing walk, the writer
-locks and the detectors. Every blocking call (file I/O, zstd, scanning) runs in a worker thread
-through `asyncio.to_thread`; the backend keeps no state that a restart would need, only an
+(docs/storage-format.md#jsonl-layout): `<root>/<project key>/<encoded id>/session.jsonl.zstd` (or
+`session.jsonl`). The pure codec (layout, encoding, framing, the scanner and its torn/corruption
+rules) lives in `dsh.persistence.jsonl_format`; this module owns the files: stable reads, durable
+materialization (temp file + `fsync` + `os.link`), appends with rollback, repairs, the listing walk,
+the writer locks and the detectors. Every blocking call (file I/O, zstd, scanning) runs in a worker
+thread through `asyncio.to_thread`; the backend keeps no state that a restart would need, only an
 `id -> path` cache and the next seq after its own writes, both verified on use.
 """
 
@@ -113,7 +113,7 @@ def _bounded_put(cache: OrderedDict[str, V], key: str, value: V) -> None:
 
 
 class JsonlBackend:
-    """JSONL session logs under one root directory (02 §6).
+    """JSONL session logs under one root directory.
 
     Args:
         root: The store directory (default in the runtime: `$DSH_HOME/sessions`); made absolute once.
@@ -198,7 +198,7 @@ class JsonlBackend:
     # ---------------------------------------------------------------- lifecycle
 
     async def open(self) -> None:
-        """Check the root, refuse misconfigured stores and sweep stale temp files (02 §6.1)."""
+        """Check the root, refuse misconfigured stores and sweep stale temp files."""
         await self._run(self._open_sync)
 
     def _open_sync(self) -> None:
@@ -364,7 +364,7 @@ class JsonlBackend:
     async def list_headers(
         self, *, parent_session: str | None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
-        """Header records and revisions from the first frame/line of each log (02 §6.7)."""
+        """Header records and revisions from the first frame/line of each log."""
         return await self._run(self._list_sync, parent_session)
 
     def _list_sync(self, parent_session: str | None) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
@@ -397,7 +397,7 @@ class JsonlBackend:
                     damaged.append(DamagedSession(path, error.code, error.message))
                     continue
                 except OSError as error:
-                    # One unreadable log must not hide every other session (02 §1, list()).
+                    # One unreadable log must not hide every other session: it is reported as damaged instead.
                     damaged.append(DamagedSession(path, "PERSISTENCE_IO", f'cannot read "{path}": {error}'))
                     continue
                 if row is not None:
@@ -558,7 +558,10 @@ class JsonlBackend:
     async def commit_repair(
         self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[Mapping[str, Any]], *, fence: Fence | None
     ) -> Revision:
-        """Truncate the torn tail (fsync), then append recovered records + closers as one batch (02 §6.6)."""
+        """Truncate the torn tail (fsync), then append recovered records + closers as one batch.
+
+        See docs/storage-format.md#torn-tails-and-repair.
+        """
         return await self._run(self._repair_sync, header, torn, closers)
 
     def _repair_sync(

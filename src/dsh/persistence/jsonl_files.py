@@ -1,7 +1,7 @@
 """Blocking file primitives of the JSONL backend: stable reads, revisions and durable writes.
 
 Layer: persistence (used by `dsh.persistence.jsonl` from worker threads only; nothing here may run
-on the event loop). Durability follows 02 §6.6 and §6.8: data is `fsync`ed, and a directory is
+on the event loop). Durability (docs/storage-format.md#durability): data is `fsync`ed, and a directory is
 `fsync`ed after an entry in it was created, linked or unlinked. New logs appear atomically through a
 private temp file that is linked into place (`os.link` fails instead of overwriting, so two
 concurrent materializations cannot both win); appends remember the previous size and truncate
@@ -84,7 +84,7 @@ def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
 
 
 def revision_of(st: os.stat_result, tail: bytes) -> Revision:
-    """`jsonl:<dev>:<ino>:<size>:<mtime_ns>:<ctime_ns>:<hash of the last 4 KiB>` (02 §6.5).
+    """`jsonl:<dev>:<ino>:<size>:<mtime_ns>:<ctime_ns>:<hash of the last 4 KiB>` (docs/storage-format.md#revisions).
 
     The hash makes a repair that keeps the size (truncate, then append as many bytes) still
     change the token.
@@ -146,7 +146,7 @@ def is_file(path: str) -> bool:
 
 
 def wrong_encoding_error(path: str, compression: Compression) -> StoreMisconfiguredError:
-    """The detector refusal for an artifact of the other encoding in a root (02 §6.7)."""
+    """The detector refusal for an artifact of the other encoding in a root."""
     suffix = ".jsonl.zstd" if path.endswith(".zstd") else ".jsonl"
     return StoreMisconfiguredError(
         f'session artifact "{path}" uses {suffix}, but this backend is configured for compression '
@@ -156,7 +156,7 @@ def wrong_encoding_error(path: str, compression: Compression) -> StoreMisconfigu
 
 
 def flat_legacy_error(path: str) -> StoreMisconfiguredError:
-    """The detector refusal for a flat legacy `<project>/<id>.jsonl[.zstd]` artifact (02 §6.7)."""
+    """The detector refusal for a flat legacy `<project>/<id>.jsonl[.zstd]` artifact."""
     return StoreMisconfiguredError(
         f'session artifact "{path}" uses the flat legacy layout (<project>/<id>.jsonl); this build reads '
         "only <project>/<id>/session.jsonl[.zstd]; move it or use a separate root",
@@ -203,7 +203,7 @@ def _changing(path: str) -> PersistenceIOError:
 
 
 # --------------------------------------------------------------------------------------------------
-# Reads (02 §6.5 step 1, §6.7)
+# Reads: stable snapshots of a log file and the misconfiguration detector
 
 
 def read_stable(opener: Opener, path: str) -> tuple[bytes, os.stat_result]:
@@ -285,7 +285,7 @@ def read_revision_at(opener: Opener, path: str) -> Revision | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Writes (02 §6.6)
+# Writes: atomic creation, durable appends and torn-tail truncation
 
 
 def ensure_dir(directory: str) -> None:

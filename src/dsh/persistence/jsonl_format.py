@@ -4,9 +4,10 @@ Layer: persistence (pure; used by `dsh.persistence.jsonl` and by the JSONL fixtu
 here opens a file: every function works on the bytes or values it is handed, so the same rules serve
 the backend's worker threads, the listing and the tests. Boundaries of zstd frames come from
 `zstandard` itself (a fresh `decompressobj` per frame reports where its frame ends and verifies the
-content checksum), never from a hand-written byte scanner (02 §6.4). The line scanner implements the
-torn-tail rule of 02 §6.5: the log is valid up to its first defect, and the defect plus everything
-after it is a removable torn tail only if no later record carries a `turn/end`.
+content checksum), never from a hand-written byte scanner. The line scanner implements the torn-tail
+rule (docs/storage-format.md#torn-tails-and-repair): the log is valid up to its first defect, and
+the defect plus everything after it is a removable torn tail only if no later record carries a
+`turn/end`.
 
 Hot path: a full read is dominated by `orjson.loads` per line, so the scanner accepts a line with two
 dict lookups (seq contiguity, packed-row type) and leaves every other check to the coordinator.
@@ -74,7 +75,7 @@ _MAX_FRAME_STEP: Final = 1 << 22
 
 
 # --------------------------------------------------------------------------------------------------
-# Layout (02 §6.2)
+# Layout (docs/storage-format.md#jsonl-layout)
 
 
 def artifact_name(compression: Compression) -> str:
@@ -123,7 +124,7 @@ def relative_path(session_id: str, cwd: str | None, compression: Compression) ->
 
 
 # --------------------------------------------------------------------------------------------------
-# Encoding (02 §6.3, §6.4)
+# Encoding (docs/storage-format.md#zstd-frames)
 
 
 def encode_header(header: Mapping[str, Any]) -> bytes:
@@ -158,7 +159,7 @@ class LogContext:
         )
 
     def packed(self, line_no: int) -> SessionFormatUnsupportedError:
-        """The packed-chunk-row refusal (reading them is LATER)."""
+        """The packed-chunk-row refusal (this build cannot read them yet)."""
         who = f'session "{self.session_id}"' if self.session_id is not None else "session log"
         return SessionFormatUnsupportedError(
             f"{who} contains packed chunk rows (line {line_no}), which this build cannot read yet"
@@ -259,7 +260,7 @@ def check_version(record: Mapping[str, Any], ctx: LogContext) -> None:
 def check_identity(
     record: Mapping[str, Any], requested_id: str | None, relative: str, compression: Compression, ctx: LogContext
 ) -> None:
-    """The identity rule (02 §6.5 step 5): header id = requested id, and id + cwd name this very path.
+    """The identity rule: header id = requested id, and id + cwd name this very path.
 
     Args:
         record: The decoded header record.
@@ -296,7 +297,7 @@ def check_identity(
 
 
 # --------------------------------------------------------------------------------------------------
-# The line scanner (02 §6.5 step 3)
+# The line scanner: one pass over the records of a log
 
 
 class _LineScanner:
@@ -409,7 +410,7 @@ class _LineScanner:
 
 
 # --------------------------------------------------------------------------------------------------
-# Whole-log scans (02 §6.5 steps 3-4)
+# Whole-log scans: the line scanner plus the torn-tail verdict
 
 
 @dataclass(frozen=True, slots=True)

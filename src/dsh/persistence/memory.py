@@ -1,12 +1,12 @@
-"""The in-memory storage backend: the reference implementation and executable specification.
+"""The in-memory storage backend: the reference implementation every backend is compared with.
 
 Layer: persistence. `MemoryStorage` holds the stored facts (`id -> header record, encoded event
 records, incarnation, revision counter`); any number of `MemoryBackend` instances can open the same
 storage, the way two processes would open one directory. Records are kept as encoded JSON bytes and
 parsed on every load, so the memory backend exercises the same round trip as the durable ones.
-Revisions are `mem:<store uuid>:<incarnation>:<n>`; it declares `TYPED_READS`, never has torn
-tails, and needs no writer lock (it is single-process by nature, 02 §2.1). Used by unit tests and by
-runtimes configured without durable storage.
+Revisions are `mem:<store uuid>:<incarnation>:<n>`; it declares `TYPED_READS`, never has torn tails,
+and needs no writer lock (it is single-process by nature, docs/storage-format.md#writer-locks). Used
+by unit tests and by runtimes configured without durable storage.
 """
 
 from __future__ import annotations

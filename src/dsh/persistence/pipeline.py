@@ -1,4 +1,4 @@
-"""The read validation pipeline (02 §4.2): from a backend's `StoredLog` to a validated log.
+"""The read validation pipeline: from a backend's `StoredLog` to a validated log.
 
 Layer: persistence. Every `load` result crosses this pipeline once, above the backends, so each
 rule is written once and reuses the session layer's own checks: the stored header
@@ -9,8 +9,8 @@ finally the crash-repair closers. The three verdicts are never confused: an inta
 cannot interpret is format-unsupported, never corrupt.
 
 Records are validated eagerly but frozen lazily (`StoredEvents`), so a full read costs parsing
-plus validation, and freezing is paid only for the events someone looks at (07 P5). Large logs are
-validated in a worker thread so the event loop keeps serving other sessions.
+plus validation, and freezing is paid only for the events someone looks at (a full read is the hot
+path). Large logs are validated in a worker thread so the event loop keeps serving other sessions.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _corrupt(session_id: str, inner: str, location: str | None) -> SessionCorrup
 
 
 def _header(session_id: str, log: StoredLog, location: str | None) -> tuple[SessionHeader, int]:
-    """Steps 1 and 2: the stored header (version first) and the identity rule."""
+    """The first checks: the stored header (version first) and the identity rule."""
     try:
         header, cut = SessionHeader.from_stored(log.header)
     except StoredHeaderError as error:
@@ -116,7 +116,7 @@ def _refuse(
     first_unknown: tuple[str, int] | None = None,
     scan: bool = True,
 ) -> None:
-    """Step 3: the format refusals, which win over shape defects, so a newer log is never called corrupt.
+    """The format refusals, which win over shape defects, so a newer log is never called corrupt.
 
     `scan=False` skips the vocabulary scan when the caller proved there is nothing to find.
     """
@@ -162,7 +162,7 @@ def _unknown_type(session_id: str, kind: str, seq: int, location: str | None) ->
 
 
 def validate_log(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
-    """Run §4.2 over a full load and compute the closers (pure; safe in a worker thread).
+    """Run the pipeline over a full load and compute the closers (pure; safe in a worker thread).
 
     Args:
         session_id: The requested id.

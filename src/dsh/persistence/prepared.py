@@ -1,4 +1,4 @@
-"""The prepared-observation LRU (02 §4.7) and the `PreparedSession` handle (02 §4.6).
+"""The prepared-observation LRU and the `PreparedSession` handle (docs/glossary.md#prepared-session).
 
 Layer: persistence. Cold reads leave their validated, lazily frozen log in a small LRU so that the
 common `inspect` → `prepare` sequence costs one backend load plus one revision read. Only *ready*

@@ -1,11 +1,12 @@
 """The coordinator's read and resume paths: list, revision, inspect, read_events and prepare.
 
 Layer: persistence. `ColdReads` is the half of `PersistenceCoordinator` that serves cold reads
-(02 §4.6) and resume; the coordinator module holds the other half (store notifications, the write
-path, retirement and close) and the shared state both halves use. Concurrent `inspect`s of one id
-await one shared load whose result enters the prepared LRU; a waiter that aborts or is cancelled
-never cancels the shared work (02 §4.8). Every backend call for one id runs under that id's FIFO
-lock; the signal is checked before any backend call and after every read.
+(docs/architecture.md#read-path) and resume; the coordinator module holds the other half (store
+notifications, the write path, retirement and close) and the shared state both halves use.
+Concurrent `inspect`s of one id await one shared load whose result enters the prepared LRU; a waiter
+that aborts or is cancelled never cancels the shared work (docs/architecture.md#cancellation). Every
+backend call for one id runs under that id's FIFO lock; the signal is checked before any backend
+call and after every read.
 """
 
 from __future__ import annotations
@@ -388,7 +389,7 @@ class ColdReads:
         async with self._locks.hold(session_id):
             self._check_signal(signal, session_id)
             # Shielded: a cancelled prepare must still learn whether the lock was taken, so that
-            # `_abandon` can release it (02 §4.8).
+            # `_abandon` can release it; a lock taken and never released would block the id forever.
             reservation.acquiring = asyncio.ensure_future(self._acquire(reservation))
             await asyncio.shield(reservation.acquiring)
             validated = await self._load_locked(session_id, signal, take=True)

@@ -1,4 +1,4 @@
-"""The embedded SQLite storage backend (`SqliteBackend`, 02 §7).
+"""The embedded SQLite storage backend (`SqliteBackend`).
 
 Layer: persistence. Opt-in (`DSH_DATABASE_URL=sqlite:///<path>`). One database file holds every
 session: a `sessions` row per materialized session (the stored header facts plus the incarnation,
@@ -6,10 +6,10 @@ revision counter and next seq) and one `events` row per event, with the type and
 that make typed reads and child listings cheap. The schema and the open checks live in
 `dsh.persistence.sqlite_schema`.
 
-Threads (02 §7.4): `sqlite3` blocks, so no call ever runs on the event loop. One writer
-connection lives on a dedicated single-thread executor, which also serialises this process's
-writes; reads use two reader connections, each on its own single-thread executor, and WAL lets
-them proceed while an append commits. Every driver error is translated once, at the boundary
+Threads (docs/architecture.md#threads-and-the-event-loop): `sqlite3` blocks, so no call ever runs
+on the event loop. One writer connection lives on a dedicated single-thread executor, which also
+serialises this process's writes; reads use two reader connections, each on its own single-thread
+executor, and WAL lets them proceed while an append commits. Every driver error is translated once, at the boundary
 between the event loop and those threads, into `PersistenceIOError` (`raise ... from`).
 """
 
@@ -59,7 +59,7 @@ __all__ = ["SqliteBackend"]
 T = TypeVar("T")
 
 READER_CONNECTIONS: Final = 2
-"""Reader connections per backend; each owns one thread (02 §7.4: one or two)."""
+"""Reader connections per backend; each owns one thread (two, so one long read never queues all others)."""
 
 _MAX_BUSY_TIMEOUT_MS: Final = 2_147_483_647
 
@@ -120,7 +120,7 @@ class _Lane:
 
 
 class SqliteBackend:
-    """Sessions in one SQLite database file (02 §7); declares `TYPED_READS`.
+    """Sessions in one SQLite database file; declares `TYPED_READS`.
 
     Args:
         path: The database file, or `":memory:"` for a private in-memory store (tests, one
@@ -390,7 +390,7 @@ class SqliteBackend:
 
         With `materialized=False` the `sessions` row (fresh incarnation) and the batch commit
         together, so nothing is visible before the first batch. The seq check runs before any
-        write. `fence` is unused: file stores guard writers with `flock` (02 §2.1).
+        write. `fence` is unused: file stores guard writers with `flock` (docs/storage-format.md#writer-locks).
 
         Raises:
             AppendConflictError: The batch does not start at the stored next seq, or its seqs are

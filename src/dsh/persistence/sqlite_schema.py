@@ -2,7 +2,7 @@
 
 Layer: persistence (helpers of `dsh.persistence.sqlite`, shared with the SQLite fixture writer in
 `dsh.testing.sqlite_writer`). Everything here is synchronous and blocking: callers run it on a
-worker thread, never on the event loop (02 §7.4). The schema is exactly 02 §7.1: a database is this
+worker thread, never on the event loop. The schema is docs/storage-format.md#sqlite-schema: a database is this
 store only when its application id, user version and schema objects all match; anything else is
 refused as `STORE_FORMAT_UNSUPPORTED`, so an upstream or foreign database is never written to.
 """
@@ -14,6 +14,7 @@ import os
 import re
 import sqlite3
 import stat
+import time as _time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,7 +72,7 @@ SCHEMA: Final[tuple[str, ...]] = (
     "CREATE INDEX sessions_by_parent ON sessions(parent_session, created_at, id) WHERE parent_session IS NOT NULL",
     "CREATE INDEX events_by_type ON events(session_id, type, seq)",
 )
-"""The schema statements of 02 §7.1, in creation order."""
+"""The schema statements, in creation order."""
 
 HEADER_COLUMNS: Final = "version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset"
 EVENT_COLUMNS: Final = "seq, type, time, data, ignorable, source_event_seqs, surface_op"
@@ -101,7 +102,7 @@ def connect(location: str, *, busy_timeout_ms: int, query_only: bool = False) ->
 
 
 def configure(conn: sqlite3.Connection, *, busy_timeout_ms: int, memory: bool) -> None:
-    """Apply the per-connection pragmas in the 02 §7.2 order.
+    """Apply the per-connection pragmas in order (docs/storage-format.md#sqlite-pragmas).
 
     WAL first, outside any transaction (SQLite cannot switch journal modes inside one), and read
     back: a file system that cannot do WAL would silently keep a rollback journal, where readers
@@ -109,7 +110,7 @@ def configure(conn: sqlite3.Connection, *, busy_timeout_ms: int, memory: bool) -
     frames are fsynced at every commit). `trusted_schema=OFF` stops schema-embedded SQL functions
     from running with our privileges should the file be tampered with.
     """
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    mode = _switch_to_wal(conn, busy_timeout_ms)
     expected = "memory" if memory else "wal"
     if str(mode).lower() != expected:
         raise StoreMisconfiguredError(
@@ -120,6 +121,25 @@ def configure(conn: sqlite3.Connection, *, busy_timeout_ms: int, memory: bool) -
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     conn.execute("PRAGMA trusted_schema=OFF")
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> object:
+    """`PRAGMA journal_mode=WAL`, retried while another connection holds the file during its own switch.
+
+    Two connections converting one brand-new file at once can get "database is locked" at once:
+    SQLite skips its busy handler when waiting could deadlock. The retry is bounded by the busy
+    timeout and runs on the connection's worker thread, never on the event loop.
+    """
+    deadline = _time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            if _time.monotonic() >= deadline:
+                raise
+            _time.sleep(0.005)
 
 
 def reference_schema() -> SchemaObjects:
@@ -282,7 +302,7 @@ def ensure_safe_location(path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Event queries (typed reads use the `events_by_type` index, 02 §7.1)
+# Event queries (typed reads use the `events_by_type` index)
 
 INSERT_EVENT: Final = (
     "INSERT INTO events (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable) "

@@ -1,4 +1,4 @@
-"""Write-behind for one live session (02 §4.4, §4.5), per-id FIFO locks, and shielded mutations.
+"""Write-behind for one live session, per-id FIFO locks, and shielded mutations.
 
 Layer: persistence. A `SessionWriter` buffers the events of one live session and hands batches to
 the coordinator's *sink*, which performs the backend append under the id lock. Rules:
@@ -45,7 +45,7 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 
 async def run_shielded(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a mutating step to completion even if the caller is cancelled (02 §4.8).
+    """Run a mutating step to completion even if the caller is cancelled.
 
     The step runs as its own task: once started, an append or a repair is never abandoned
     half-way, so cancellation can never leave half-applied state. A cancelled caller still gets

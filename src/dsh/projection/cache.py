@@ -57,7 +57,7 @@ _REFOLD_CODES: Final = frozenset({"PROJECTION_REREAD_REQUIRED", "PROJECTION_INVA
 
 @dataclass(frozen=True, slots=True)
 class ProjectionCacheConfig:
-    """Write-policy settings (03 §3.4); invalid values raise `ConfigError`.
+    """Write-policy settings (docs/projections.md#cache-write-policy); invalid values raise `ConfigError`.
 
     Attributes:
         write_every_events: Count throttle: write after this many dirty events (>= 1).
@@ -282,7 +282,7 @@ class ProjectionCache:
         signal: AbortSignal | None,
         check: AbortSignal,
     ) -> tuple[Restored, CacheIdentity, dict[str, CheckpointRow]]:
-        """Steps 3-5 of `cold_snapshot`: `(restored, identity of the folded log, stored rows to keep)`."""
+        """The tail read and fold of `cold_snapshot`: `(restored, identity of the folded log, stored rows to keep)`."""
         cached: dict[str, CheckpointRow] = dict(record.rows) if record is not None else {}
         tail = await self._read(session_id, floor, signal, check)
         identity = _identity_of(tail.header, tail.inherited_event_count)
@@ -357,7 +357,7 @@ class ProjectionCache:
             del self._slots[session_id]
 
     def _take_cut(self, session: Session) -> _Cut:
-        """Write step 2: the rows and identity now; resets the dirty counter and the armed timer."""
+        """Take a write's cut: the rows and identity now; resets the dirty counter and the armed timer."""
         dirty = self._dirty.get(session)
         if dirty is not None:
             dirty.pending = 0
@@ -387,7 +387,7 @@ class ProjectionCache:
             self._leave(session.id, slot)
 
     async def _store_cut(self, cut: _Cut, session: Session) -> None:
-        """Write steps 3-5: durability, lossless check, put."""
+        """Finish a write after its cut: make the log durable, check the rows are lossless JSON, put."""
         # The log leads, the cache follows: a record must never describe events that may be lost.
         if session.state == "retired":
             # Disposed: the store no longer flushes it; persistence's retirement drains its events.

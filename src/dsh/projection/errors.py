@@ -25,7 +25,7 @@ REGISTRY_CODES: Final[frozenset[str]] = frozenset(
         "PROJECTION_REREAD_REQUIRED",
     }
 )
-"""The registry's codes (03 §2.7)."""
+"""The registry's codes."""
 
 CACHE_CODES: Final[frozenset[str]] = frozenset(
     {
@@ -34,7 +34,7 @@ CACHE_CODES: Final[frozenset[str]] = frozenset(
         "PROJECTION_CACHE_NOT_JSON",
     }
 )
-"""The projection cache's codes (03 §3.7)."""
+"""The projection cache's codes."""
 
 
 class ProjectionError(DshError):

@@ -5,7 +5,7 @@ registry keeps one *cell* (state + watermark) per unit per `Session`, weakly key
 object, and drives the cells from the store's post-commit `event` feed. Reads (`state_of`,
 `snapshot`, `checkpoint`) catch cells up lazily, so they never lag the log they were given, for
 published and unpublished sessions alike. `restore` is the one authoritative cold fold over a
-stored tail, seeded from checkpoint rows. There is no failure channel next to values (seed 000): a
+stored tail, seeded from checkpoint rows. There is no failure channel next to values: a
 unit that raises anyway is disabled for that session only, and only readers that select its key
 see `PROJECTION_UNIT_FAILED`. Everything here is synchronous and does no I/O.
 """
@@ -78,7 +78,7 @@ class _Cells(dict[Entry, _Cell]):
 
 
 class ProjectionRegistry:
-    """The registry of projection units and their live per-session cells (03 §2).
+    """The registry of projection units and their live per-session cells.
 
     Args:
         sessions: The store whose post-commit `event` feed drives the cells; unsubscribed by `close()`.
@@ -266,7 +266,7 @@ class ProjectionRegistry:
         return cell
 
     def _on_event(self, session: Session, event: SessionEvent) -> None:
-        """Drive every unit through one committed event (03 §2.2); the append hot path.
+        """Drive every unit through one committed event; the append hot path.
 
         Per unit and irrelevant event this is one dict lookup, two int comparisons, one set
         membership test and one attribute store: no allocation, no call into the unit.
@@ -425,7 +425,9 @@ class ProjectionRegistry:
         base_seq: int,
         keys: Sequence[str] | None = None,
     ) -> Restored:
-        """The authoritative cold fold of the selected units over a stored tail (03 §2.4).
+        """The authoritative cold fold of the selected units over a stored tail.
+
+        See docs/projections.md#checkpoints-and-cold-restore.
 
         Args:
             checkpoint: Rows to seed from; None (or a missing row) starts from `init()` when

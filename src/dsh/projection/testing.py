@@ -1,4 +1,4 @@
-"""`check_unit`: a property check that a projection unit keeps the unit contract (03 §1.1).
+"""`check_unit`: a property check that a projection unit keeps docs/projections.md#unit-contract.
 
 Layer: projection, test support shipped with the library (it needs `hypothesis`, a development
 dependency). Call it from an ordinary test, never from inside another `@given` test. It folds the

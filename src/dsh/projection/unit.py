@@ -4,7 +4,7 @@ Layer: projection. A `ProjectionUnit` is a pure, synchronous fold over a session
 gives the host state (a plain JSON object), `apply` returns the same object for an irrelevant event
 or a new object for a relevant one, and an optional `ClientView` renders the state into the value
 clients see. Units never raise by contract: "computed to nothing" is a value (a `{}` host state and a
-JSON `null` view), never an error (seed 000: the projection system has no failure channel). This
+JSON `null` view), never an error: the projection system has no failure channel. This
 module also defines the checkpoint row, the snapshot and restore results, and the one push frame
 shape carriers send. It holds types only; behaviour lives in `dsh.projection.registry`.
 """
@@ -66,7 +66,7 @@ class ClientView(Generic[S, V]):
 
 @dataclass(frozen=True, slots=True)
 class ProjectionUnit(Generic[S, V]):
-    """One registered fold (03 §1).
+    """One registered fold (docs/projections.md#unit-contract).
 
     Attributes:
         key: Non-empty registry key; also the client-visible key when `view` is set.
@@ -136,7 +136,7 @@ class Restored:
 
 
 def push_frame(session_id: SessionId, key: str, value: JsonValue, seq: SessionSeq) -> dict[str, object]:
-    """The push frame carriers send for one change (03 §2.5).
+    """The push frame carriers send for one change (docs/projections.md#push-frames).
 
     Exactly `{"type": "session/projection", "sessionId", "key", "value", "seq"}`; `value` is kept
     even when it is `None`, so a serialised frame carries `"value":null` and resets a stale client.

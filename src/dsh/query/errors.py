@@ -8,8 +8,8 @@ The search codes `SESSION_QUERY_SEARCH_DISABLED`, `SESSION_QUERY_INVALID_QUERY`,
 `SESSION_QUERY_INVALID_CURSOR`, `SESSION_QUERY_STALE_CURSOR`, `SESSION_QUERY_INDEX_FAILED` and
 `SESSION_QUERY_INVALID_FILTER` are reserved for a future search provider. They are deliberately
 *not* codes this class can carry: nothing raises them, so the error catalog does not list them.
-`SESSION_QUERY_PROJECTIONS_UNAVAILABLE` does not exist (seed 000 deleted it with the query-side value
-index).
+`SESSION_QUERY_PROJECTIONS_UNAVAILABLE` does not exist: there is no query-side value index that could
+need projections.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class SessionQueryError(DshError):
     kept as `__cause__`.
 
     Args:
-        message: Human-readable text (pinned by the spec for each code).
+        message: Human-readable text (stable for each code).
         code: The failure kind.
         session_id: The session the failure concerns, when there is one.
         reason: For `SESSION_QUERY_ABORTED`, the reason the caller's signal was aborted with.

@@ -1,4 +1,4 @@
-"""Message-aligned history paging: argument validation and the page cut (04 §6).
+"""Message-aligned history paging: argument validation and the page cut (docs/query.md#history-pages).
 
 Layer: query. Pure functions over one observed log; `SessionQuery.read_history` does the reading.
 A page is cut on *message* boundaries so a client never sees half an assistant message: counting

@@ -3,7 +3,8 @@
 Layer: query. Plain frozen dataclasses. Two kinds of header-bearing results exist on purpose:
 `SessionRecord` (a corpus entry) carries only the *logical* header — `is_seeded`, never the integer
 fork cut — while `SessionObservation` and `HistoryPage` carry the exact cut
-(`inherited_event_count`) beside the events they were read with (seed 000). Events are the
+(`inherited_event_count`) beside the events they were read with, because a cut is only meaningful
+together with the events it splits. Events are the
 immutable `SessionEvent` objects of the session layer; results share them and never deep-copy.
 """
 

@@ -5,16 +5,16 @@ consumer — the subagent listing (enumeration and its cold rung), history pages
 HTTP API, web UI and CLI — reads sessions through it, so they all agree:
 
 * the corpus (`list_sessions`) is live-preferred: a session published in this process's store
-  replaces its persisted record wholesale, with no consistency check (seed 000, accepted deviation);
+  replaces its persisted record wholesale, with no consistency check (docs/catalog.md#accepted-deviations);
 * an observation (`observe_session`) of a live id is the live session itself (zero reads, no copy,
   persistence never consulted); a cold one is exactly one non-mutating `persistence.inspect`;
 * history pages are message-aligned runs of the observed log, the tail page carrying projections.
 
 The service is read-only and stateless: it never creates, publishes, resumes, appends to or repairs
 a session, and it keeps no index, cache or memo between calls. Cancellation is cooperative through
-an `AbortSignal` (04 §9): argument errors come first, then every observed abort wins over every
-other outcome, backend calls are never abandoned mid-flight, and asyncio task cancellation
-propagates unchanged.
+an `AbortSignal` (docs/query.md#query-cancellation): argument errors come first, then every observed
+abort wins over every other outcome, backend calls are never abandoned mid-flight, and asyncio task
+cancellation propagates unchanged.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def _inspect_failure(session_id: str, error: Exception) -> SessionQueryError:
 
 
 def _check_cut(session_id: str, observed: PersistenceObservation) -> None:
-    """The exact cut must fit the log and agree with the header's `is_seeded` (04 §5 step 7)."""
+    """The exact cut must fit the log and agree with the header's `is_seeded`."""
     cut = observed.inherited_event_count
     count = len(observed.events)
     if not (_is_int(cut) and 0 <= cut <= count):
@@ -192,7 +192,7 @@ class SessionQuery:
         """The paging limits this service enforces."""
         return self._config
 
-    # ---------------------------------------------------------------- corpus (04 §4)
+    # ---------------------------------------------------------------- corpus
 
     async def list_sessions(self, signal: AbortSignal | None = None) -> list[SessionRecord]:
         """The canonical live-preferred corpus, newest `createdAt` first, then id ascending.
@@ -236,7 +236,7 @@ class SessionQuery:
             records[session.id] = SessionRecord(session.header, live=True, persisted=session.id in persisted)
         return sorted(records.values(), key=lambda record: (-record.header.created_at, record.header.id))
 
-    # ---------------------------------------------------------------- observation (04 §5)
+    # ---------------------------------------------------------------- observation
 
     async def observe_session(
         self, session_id: SessionId, signal: AbortSignal | None = None, *, expect: SessionHeader | None = None
@@ -267,7 +267,7 @@ class SessionQuery:
         expect: SessionHeader | None,
         live_snapshot: LiveSnapshot | None,
     ) -> _Read:
-        """Observe `session_id` (04 §5 steps 1-8); `live_snapshot` runs in the live view's step."""
+        """Observe `session_id`, live or cold; `live_snapshot` runs only when the live view is served."""
         _checkpoint(signal, session_id)
         session = self._sessions.get(session_id)
         if session is not None:
@@ -287,7 +287,7 @@ class SessionQuery:
     async def _cold_read(
         self, session_id: SessionId, signal: AbortSignal | None, live_snapshot: LiveSnapshot | None
     ) -> _Read:
-        """Exactly one `persistence.inspect`, no prior listing (04 §5 steps 3-7)."""
+        """Exactly one `persistence.inspect`, no prior listing."""
         persistence = self._persistence
         if persistence is None:
             _not_found(session_id)
@@ -309,7 +309,7 @@ class SessionQuery:
         )
         return _Read(observation, None, None)
 
-    # ---------------------------------------------------------------- history (04 §6)
+    # ---------------------------------------------------------------- history
 
     async def read_history(
         self,
@@ -364,7 +364,7 @@ class SessionQuery:
             projections=projections,
         )
 
-    # ---------------------------------------------------------------- lineage (04 §7)
+    # ---------------------------------------------------------------- lineage
 
     async def trace_session(self, session_id: SessionId, signal: AbortSignal | None = None) -> SessionLineage:
         """Where `session_id` sits in the `parentSession` tree, from one corpus listing.

@@ -83,7 +83,7 @@ KNOWN_EVENT_TYPES: Final[frozenset[str]] = frozenset(
         "web/deepseek-search-llm-request",
     }
 )
-"""Every type this library writes plus the upstream harness's known types (a constant, 01 §2)."""
+"""Every type this library writes plus the upstream harness's known types (a constant)."""
 
 LEGACY_EVENT_TYPES: Final[frozenset[str]] = frozenset({"request/header-delta", "mode/set", "steering/message"})
 """Retired vocabulary, refused at append and on read (upgraders are out of scope)."""
@@ -259,7 +259,7 @@ def legacy_problem(kind: str, data: object) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Data shapes (01 §3). Each checker returns a problem text or None; extra keys are tolerated.
+# Data shapes. Each checker returns a problem text or None; extra keys are tolerated.
 
 
 def _int_field(data: Mapping[str, Any], key: str) -> str | None:

@@ -1,7 +1,7 @@
 """A fast acceptance test for stored event records (the read path's common case).
 
 Layer: session. `check_records` validates every record of every cold read, so its per-record cost
-decides how close a full read comes to the machine limit (benchmark P5). This module answers one
+decides how close a full read comes to the machine limit. This module answers one
 question quickly: "is this record certainly valid?". It accepts only records the full rules in
 `dsh.session.events` accept (a property test pins that), with every check inlined into one function
 per event type and missing keys caught by one `try`; anything unusual — a foreign type, extra

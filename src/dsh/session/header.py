@@ -242,7 +242,7 @@ class HeaderInit:
     agent_preset: str | None = None
 
     def build(self, session_id: str, *, created_at: int, is_seeded: bool) -> SessionHeader:
-        """Validate and build the logical header (01 §1.3); raises `INVALID_HEADER`."""
+        """Validate and build the logical header; raises `INVALID_HEADER`."""
         stamp = created_at if self.created_at is None else self.created_at
         problem = header_problem(
             version=SESSION_FORMAT_VERSION,

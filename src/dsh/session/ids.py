@@ -50,7 +50,7 @@ def utf16_length(value: str) -> int:
 
 
 def encode_segment(value: str) -> str:
-    """Escape one path segment (02 §6.2).
+    """Escape one path segment (docs/storage-format.md#id-escaping).
 
     Walks UTF-16 code units; keeps ASCII letters, digits, `.`, `_`, `-`; every other unit (`~`
     included) becomes `~` + 4 uppercase hex digits. The whole-segment values `.` and `..` are
@@ -68,7 +68,7 @@ def encode_segment(value: str) -> str:
 
 
 def id_problem(value: object) -> str | None:
-    """Why `value` cannot be a new session id, or None when it can (01 §1.3)."""
+    """Why `value` cannot be a new session id, or None when it can."""
     if type(value) is not str:
         return f"session id must be a string, got {type(value).__name__}"
     if not value:

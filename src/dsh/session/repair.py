@@ -3,7 +3,7 @@
 Layer: session. `interrupted_turn_closers` is pure: it reads a log and returns the events that
 balance its open tail turn (`[]` for a balanced log). A crashed turn is closed, never truncated.
 Who applies the closers, and only to sessions that are not live, is the persistence coordinator's
-business (02 §4.6). The two tool-result texts are model-visible and frozen by a test.
+business (docs/architecture.md#crash-repair). The two tool-result texts are model-visible and frozen by a test.
 """
 
 from __future__ import annotations

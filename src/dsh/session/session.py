@@ -36,7 +36,7 @@ __all__ = ["EventsView", "Session", "SessionState"]
 SessionState = Literal["prepared", "live", "retired"]
 
 # Known types that need no refusal check beyond membership: everything except the constructor-only
-# marker and the types whose retired shapes are recognised by their data (01 §3 legacy vocabulary).
+# marker and the types whose retired (legacy) shapes are recognised by their data.
 _PLAIN_TYPES: Final = KNOWN_EVENT_TYPES - frozenset({"session/end-seed", "request/header"}) - SURFACE_TYPES
 
 
@@ -129,7 +129,7 @@ class Session:
                 break
 
     # ---------------------------------------------------------------- read surface
-    # Identity, header and cut are read-only: the cut never changes on resume (01 §1.4).
+    # Identity, header and cut are read-only: the cut never changes on resume (docs/glossary.md#cut).
 
     @property
     def id(self) -> SessionId:
@@ -267,7 +267,8 @@ class Session:
             store._notify_event(self, event, listeners)
         finally:
             self._publishing = False
-            # A dispose asked for by a listener waits until publication has unwound (01 §5.3).
+            # A dispose asked for by a listener waits until publication has unwound, so listeners never see
+            # a session disposed half-way through its own publication.
             if self._dispose_requested:
                 self._dispose_requested = False
                 store._dispose_now(self)

@@ -119,7 +119,7 @@ class SessionStore:
         seed: Sequence[Mapping[str, object]] | None = None,
         inherited_event_count: int = 0,
     ) -> Session:
-        """Build an unpublished session, validating header, seed and cut (01 §5.2).
+        """Build an unpublished session, validating header, seed and cut.
 
         Every seed event crosses the JSON boundary (validated and copied), so the caller's objects
         stay the caller's.
@@ -452,7 +452,7 @@ class SessionStore:
     # ---------------------------------------------------------------- fork
 
     def fork(self, source: Session | str, *, boundary: int | None = None, child_id: str | None = None) -> Session:
-        """Create and publish a child seeded with a prefix of `source` (01 §8).
+        """Create and publish a child seeded with a prefix of `source` (docs/glossary.md#seeded).
 
         Raises:
             SessionForkError: `SESSION_ALREADY_EXISTS`, `SESSION_NOT_FOUND`, `SESSION_NOT_LIVE`,

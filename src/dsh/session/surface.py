@@ -4,7 +4,7 @@ Layer: session. Only `user/message`, `assistant/message` and `tool/result` are s
 An `"append"` adds the event as a new node; a replace shadows a run of current nodes (named by the
 seqs of its first and last node) and takes their place. Validation is a pure *plan* step; `commit`
 applies a plan, so a refused event leaves the surface untouched. The same code folds surfaces from
-stored logs and seeds (MUST, interop) and validates live appends.
+stored logs and seeds (so logs written upstream fold the same way) and validates live appends.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _tool_result_replace_problem(
 
 
 def derive_messages(nodes: Sequence[int], log: Sequence[Mapping[str, Any]]) -> tuple[FrozenDict, ...]:
-    """Project surface nodes to model messages (01 §2)."""
+    """Project surface nodes to model messages (docs/glossary.md#surface)."""
     out: list[FrozenDict] = []
     for seq in nodes:
         event = log[seq]

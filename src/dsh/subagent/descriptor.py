@@ -142,7 +142,7 @@ def _tool_filter(value: object) -> ToolFilter:
 
 
 def parse_descriptor(data: object) -> Descriptor | None:
-    """Parse a descriptor payload by the ordered rules of 05 §1.3 (the first failure wins).
+    """Parse a descriptor payload by ordered rules; the first rule it breaks names the error.
 
     Returns:
         The normalized descriptor, or None for a version other than 2 (unsupported, not an error).
@@ -197,7 +197,7 @@ def snapshot_descriptor(
     """Build the v2 payload for `mode`, leaving out absent (None) optional fields.
 
     Every given field goes into the payload, and the payload must survive a lossless JSON round trip
-    and read back under the parse rules (05 §1.3). So a payload that would later read as malformed
+    and read back under `parse_descriptor`. So a payload that would later read as malformed
     is never written: `toolFilter: {}`, a continuable child without a label, or a field the arm does
     not allow (a one-shot `persona` is refused, not silently dropped).
 

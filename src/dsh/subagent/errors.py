@@ -1,8 +1,9 @@
 """Errors of the subagent layer (`dsh.subagent`).
 
-`SubagentError` carries the complete routing table of 05 §4.9 (route on `.code`, never on the
-message). `SubagentDescriptorError` (a malformed persisted descriptor) and `SubagentDepthError` (a
-child past the maximum delegation depth) are separate kinds with their own codes.
+`SubagentError` carries every code a subagent operation or the listing can fail with (route on
+`.code`, never on the message; docs/errors.md#codes). `SubagentDescriptorError` (a malformed
+persisted descriptor) and `SubagentDepthError` (a child past the maximum delegation depth) are
+separate kinds with their own codes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ __all__ = ["SubagentDepthError", "SubagentDescriptorError", "SubagentError"]
 
 
 class SubagentError(DshError):
-    """A subagent operation or the child listing failed; `.code` is one of 05 §4.9."""
+    """A subagent operation or the child listing failed; `.code` is one of `codes`."""
 
     codes = frozenset(
         {

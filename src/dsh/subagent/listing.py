@@ -1,20 +1,24 @@
-"""The child catalog: `list_children` and `list_descendants`, exactly as seed 000 decides.
+"""The child catalog: `list_children` and `list_descendants`.
 
 Layer: subagent (listing part; it needs nothing from `dsh.agent`). Enumeration uses the shared,
 live-preferred query corpus; each listed id is paired with the live store. Mode and label come only
-from the registered `subagent` projection unit, read by a three-rung "compute, then stop" ladder:
+from the registered `subagent` projection unit, read by a three-rung "compute, then stop" ladder
+(docs/catalog.md#identity-rungs), cheapest first:
 
-1. live child: `projections.snapshot(session, ("subagent",))` + `is_own_seq` — zero log reads;
-2. unseeded cold child, cache mounted: `cached_snapshot(header, 0, ("subagent",))` — zero log reads;
-3. otherwise one body-carrying `query.observe_session` + the unit's fold + the own-suffix check.
+1. live identity: `projections.snapshot(session, ("subagent",))` + `is_own_seq` — zero log reads;
+2. cached identity (unseeded cold child, cache mounted): `cached_snapshot(header, 0, ("subagent",))`
+   — zero log reads;
+3. observed identity (everything else): one body-carrying `query.observe_session` + the unit's fold
+   + the own-suffix check.
 
-Outcomes map to rows by the four-state table (plus the witness and unit-raised arms). Each child is
-isolated: its failure becomes its own diagnostic row. Cold candidates go through a FIFO queue consumed
-by at most `cold_read_concurrency` workers in one `asyncio.TaskGroup`; workers record every outcome in
-their candidate's slot and never raise, so cancellation is cooperative (checkpoints C1-C5 on the
-caller's `AbortSignal`, in-flight reads settle) and only the caller's own task cancellation cancels
-tasks. The listing is read-only and keeps no state: no cache writes, no memo, no descriptor parsing
-(this module imports no descriptor parser).
+Outcomes become rows through one table (`_ROW_WITHOUT_IDENTITY`, docs/catalog.md#row-states). Each
+child is isolated: its failure becomes its own diagnostic row. Cold candidates go through a FIFO queue
+consumed by at most `cold_read_concurrency` workers in one `asyncio.TaskGroup`; workers record every
+outcome in their candidate's slot and never raise, so cancellation is cooperative: the caller's
+`AbortSignal` is looked at before and after the corpus read, before and after each observation, and
+once after all cold work (docs/catalog.md#cancellation-checkpoints); in-flight reads settle, and only
+the caller's own task cancellation cancels tasks. The listing is read-only and keeps no state: no
+cache writes, no memo, no descriptor parsing (this module imports no descriptor parser).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dsh.abort import AbortSignal
 from dsh.session.header import SessionHeader, SessionId, SessionLogOffset, SessionSeq
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.rows import (
+    DiagnosticReason,
     SubagentChildRow,
     SubagentDescendantEntry,
     SubagentDiagnosticRow,
@@ -78,11 +83,39 @@ class SubagentIdentity:
 
 
 class _Outcome(Enum):
+    """Why a rung ladder ended without an identity."""
+
     NO_VALUE = "no-value"
+    """No identity, or only one replayed from the fork seed (it fails the own-suffix check)."""
     READ_FAILED = "read-failed"
+    """The observation of a cold child raised while the signal was not aborted."""
     LIFECYCLE_CHANGED = "lifecycle-changed"
+    """The observed header differs from the enumerated one: the id was deleted and republished."""
     UNIT_RAISED = "unit-raised"
+    """The `subagent` unit's snapshot or fold raised (defensive: a unit has no failure channel)."""
     CANCELLED = "cancelled"
+    """The caller's signal was seen aborted around an observation; the listing raises instead."""
+
+
+# How a ladder outcome without an identity becomes a row. (An identity always becomes a child row,
+# `running` for a live child and `inactive` for a cold one.) `None` omits the child.
+#
+#   outcome             live child   cold child    why
+#   NO_VALUE            omitted      corrupt       live: the creation window, before the descriptor is
+#                                                  appended; cold: a settled wreck (no descriptor, a bad
+#                                                  one or an ancestor's only — they all look the same)
+#   READ_FAILED         unavailable  unavailable   only cold children are read; the next call retries
+#   LIFECYCLE_CHANGED   corrupt      corrupt       only cold children are read; never leak the new owner
+#   UNIT_RAISED         corrupt      corrupt       a raising unit is never hidden by omission
+#
+# CANCELLED has no row: any abort makes the whole listing raise.
+_ROW_WITHOUT_IDENTITY: Final[Mapping[_Outcome, tuple[DiagnosticReason | None, DiagnosticReason | None]]] = {
+    # outcome: (reason for a live child, reason for a cold child)
+    _Outcome.NO_VALUE: (None, "corrupt"),
+    _Outcome.READ_FAILED: ("unavailable", "unavailable"),
+    _Outcome.LIFECYCLE_CHANGED: ("corrupt", "corrupt"),
+    _Outcome.UNIT_RAISED: ("corrupt", "corrupt"),
+}
 
 
 Rung = Literal[1, 2, 3]
@@ -131,7 +164,11 @@ def _stray() -> bool:
 
 
 def _require(services: Services) -> tuple[ProjectionRegistry, SessionStore, SessionQuery]:
-    """The required services, checked in the pinned order before any read (05 §3.2)."""
+    """The required services, checked in a fixed order before any read.
+
+    The checks run even for a parent with no children and even when the signal is already aborted:
+    a configuration error is reported before cancellation, and never hidden as an empty list.
+    """
     projections = services.projections
     if projections is None:
         raise SubagentError(
@@ -176,20 +213,23 @@ class _Listing:
         # A method, not a property read: the signal can flip across any await.
         return self.signal.aborted
 
-    def checkpoint(self) -> None:
+    def raise_if_aborted(self) -> None:
         if self.aborted():
             raise _cancelled()
 
     async def enumerate(self) -> list[tuple[SessionHeader, Session | None]]:
-        """C1, the corpus read, C2, then pairing with the live store (one synchronous pass)."""
-        self.checkpoint()
+        """The corpus read between two abort checks, then pairing with the live store (one pass)."""
+        # Cancellation checkpoint: an abort seen before any read.
+        self.raise_if_aborted()
         try:
             records = await self.query.list_sessions(signal=self.signal)
         except Exception:
+            # A corpus failure after an abort is the abort; otherwise it propagates unchanged.
             if self.aborted():
                 raise _cancelled() from None
             raise
-        self.checkpoint()
+        # Cancellation checkpoint: an abort seen while the corpus read was in flight.
+        self.raise_if_aborted()
         paired: list[tuple[SessionHeader, Session | None]] = []
         for record in records:
             live = self.sessions.get(record.header.id)
@@ -201,19 +241,21 @@ class _Listing:
         cold: deque[_Candidate] = deque()
         for candidate in candidates:
             if candidate.live is not None:
-                candidate.result = self._rung1(candidate.live)
+                candidate.result = self._live_identity(candidate.live)
             else:
                 cold.append(candidate)
         if cold:
             async with asyncio.TaskGroup() as group:
                 for _ in range(min(self.concurrency, len(cold))):
                     group.create_task(self._worker(cold))
-        # C5: an abort seen anywhere never yields a result, even when every row came from rungs 1-2.
-        self.checkpoint()
+        # Cancellation checkpoint: once all cold work has settled. An abort seen anywhere never yields
+        # a result, even when every row came from the live store or the cache (no observation ran).
+        self.raise_if_aborted()
         if any(candidate.result is _Outcome.CANCELLED for candidate in candidates):
             raise _cancelled()
 
-    def _rung1(self, session: Session) -> _Result:
+    def _live_identity(self, session: Session) -> _Result:
+        """Rung 1: the live registry's snapshot; an identity replayed from the fork seed is no value."""
         try:
             snapshot = self.projections.snapshot(session, _KEYS)
             value = snapshot.values.get(SUBAGENT_KEY)
@@ -234,12 +276,18 @@ class _Listing:
 
     async def _cold(self, header: SessionHeader) -> _Result:
         if not header.is_seeded and self.cache is not None:
-            found = await self._rung2(header)
+            found = await self._cached_identity(header)
             if found is not None:
                 return found
-        return await self._rung3(header)
+        return await self._observed_identity(header)
 
-    async def _rung2(self, header: SessionHeader) -> _Found | None:
+    async def _cached_identity(self, header: SessionHeader) -> _Found | None:
+        """Rung 2: the cache's checkpoint at cut 0; `None` falls through to the observation.
+
+        Only unseeded children come here: for a seeded one the cut the cached identity needs is
+        unknown without reading the body. With cut 0 every legal seq is the child's own, so there is
+        no own-suffix check.
+        """
         assert self.cache is not None
         try:
             snapshot = await self.cache.cached_snapshot(header, SessionLogOffset(0), _KEYS)
@@ -257,8 +305,10 @@ class _Listing:
             # Derived data: any cache fault (a poisoned row included) falls through to the log.
             return None
 
-    async def _rung3(self, header: SessionHeader) -> _Result:
-        if self.aborted():  # C3
+    async def _observed_identity(self, header: SessionHeader) -> _Result:
+        """Rung 3: one full observation, the lifecycle witness, the unit's fold and the own-suffix check."""
+        # Cancellation checkpoint: an abort seen before this observation starts.
+        if self.aborted():
             return _Outcome.CANCELLED
         self.observations += 1
         try:
@@ -269,8 +319,11 @@ class _Listing:
             return _Outcome.CANCELLED if self.aborted() else _Outcome.READ_FAILED
         except Exception:
             return _Outcome.CANCELLED if self.aborted() else _Outcome.READ_FAILED
-        if self.aborted():  # C4
+        # Cancellation checkpoint: an abort seen while this observation was in flight.
+        if self.aborted():
             return _Outcome.CANCELLED
+        # The lifecycle witness: a different header means the id was deleted and republished between
+        # enumeration and this read (docs/catalog.md#lifecycle-witness).
         if observation.header != header:
             return _Outcome.LIFECYCLE_CHANGED
         try:
@@ -284,7 +337,7 @@ class _Listing:
         return _Found(identity, 3)
 
     def row(self, candidate: _Candidate, parents: set[str]) -> SubagentListEntry | None:
-        """Map one ladder outcome to a row (None = omitted, the creation window)."""
+        """Map one ladder outcome to a row, or None when the child is omitted (`_ROW_WITHOUT_IDENTITY`)."""
         header, result = candidate.header, candidate.result
         if isinstance(result, _Found):
             self.rungs[header.id] = result.rung
@@ -296,15 +349,12 @@ class _Listing:
                 header.id in parents,
                 label=identity.label,
             )
-        if result is _Outcome.NO_VALUE:
-            if candidate.live is not None:
-                return None
-            return SubagentDiagnosticRow(header.id, "corrupt")
-        if result is _Outcome.READ_FAILED:
-            return SubagentDiagnosticRow(header.id, "unavailable")
         # Every slot is filled once `resolve` returned without raising (an abort raises instead).
-        assert result in (_Outcome.LIFECYCLE_CHANGED, _Outcome.UNIT_RAISED), result
-        return SubagentDiagnosticRow(header.id, "corrupt")
+        assert result is not None
+        assert result is not _Outcome.CANCELLED
+        live_reason, cold_reason = _ROW_WITHOUT_IDENTITY[result]
+        reason = live_reason if candidate.live is not None else cold_reason
+        return None if reason is None else SubagentDiagnosticRow(header.id, reason)
 
     def report(self) -> ListingReport:
         return ListingReport(dict(self.rungs), self.observations)

@@ -68,7 +68,7 @@ class SubagentRuntime:
         signal: AbortSignal | None = None,
         report: Callable[[ListingReport], None] | None = None,
     ) -> list[SubagentListEntry]:
-        """The direct subagent children of a parent (05 §3); read-only, keeps no state."""
+        """The direct subagent children of a parent (docs/catalog.md#enumeration); read-only, keeps no state."""
         return await list_children(
             self.services,
             parent_session_id,
@@ -85,7 +85,7 @@ class SubagentRuntime:
         signal: AbortSignal | None = None,
         report: Callable[[ListingReport], None] | None = None,
     ) -> list[SubagentDescendantEntry]:
-        """Every subagent below a root, in pre-order with parent id and depth (05 §3.11)."""
+        """Every subagent below a root, in pre-order with parent id and depth (docs/catalog.md#descendants)."""
         return await list_descendants(
             self.services,
             root_session_id,
@@ -104,7 +104,7 @@ class SubagentRuntime:
 
     async def aclose(self) -> None:
         """Close the runtime. Unit registrations stay until `release_units()`, which the composition
-        root calls after the projection cache has written (00 §3 close order)."""
+        root calls after the projection cache has written its final checkpoints (those need the units)."""
         self._closed = True
 
     async def __aenter__(self) -> SubagentRuntime:

@@ -1,5 +1,5 @@
-"""Conformance tests #16 to #28: appends, faults, the batching window, flush barriers, close,
-identity vetoes, the prepared cache and cancellation (02 §9).
+"""Write-path conformance tests: appends, faults, the batching window, flush barriers, close,
+identity vetoes, the prepared cache and cancellation.
 
 Layer: testing (shipped, importable). `WriteConformance` is a base of `PersistenceConformance`
 (`dsh.testing.persistence`), which provides the `harness` fixture these tests use; on its own it
@@ -48,14 +48,14 @@ _BACKGROUND_FAILURE = "failed (buffered events retained)"
 
 
 class WriteConformance:
-    """02 §9 #16 to #28 (a base of `PersistenceConformance`; collects nothing on its own)."""
+    """The write-path half of the suite (a base of `PersistenceConformance`; collects nothing on its own)."""
 
     __test__: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ appends and faults
 
-    async def test_16_append_must_start_at_stored_next_seq(self, harness: ConformanceHarness) -> None:
-        """(02 #16) append_batch starting at 4 or 6 over a stored next seq of 5 raises APPEND_SEQ_MISMATCH."""
+    async def test_append_must_start_at_stored_next_seq(self, harness: ConformanceHarness) -> None:
+        """append_batch starting at 4 or 6 over a stored next seq of 5 raises APPEND_SEQ_MISMATCH."""
         header = await write_stored_log(harness.writer, "s16", note_records(5))
         stored = SessionHeader.from_stored(header)[0].to_stored(0)
         backend = await harness.raw()
@@ -72,8 +72,8 @@ class WriteConformance:
         finally:
             await backend.release("s16")
 
-    async def test_17_failed_batch_is_invisible_and_retried_once(self, harness: ConformanceHarness) -> None:
-        """(02 #17) A fault in the middle of a batch leaves none of it visible; the retry stores it once."""
+    async def test_failed_batch_is_invisible_and_retried_once(self, harness: ConformanceHarness) -> None:
+        """A fault in the middle of a batch leaves none of it visible; the retry stores it once."""
         session = harness.store.create("s17")
         append_closed_turn(session, 1)
         await harness.store.flush(session)
@@ -91,8 +91,8 @@ class WriteConformance:
         assert [event.seq for event in stored.events] == list(range(12))
         assert encoded(stored.events) == encoded(session.events)
 
-    async def test_18_fixed_window_batches_by_the_manual_timer(self, harness: ConformanceHarness) -> None:
-        """(02 #18) 20 events 10 ms apart become one batch at t=200; an event at t=250 is written at t=450."""
+    async def test_fixed_window_batches_by_the_manual_timer(self, harness: ConformanceHarness) -> None:
+        """20 events 10 ms apart become one batch at t=200; an event at t=250 is written at t=450."""
         timer, backend = harness.timer, harness.backend
         session = harness.store.create("s18")
         for index in range(20):
@@ -111,8 +111,8 @@ class WriteConformance:
         await backend.wait_appends(2)
         assert [(a.at, a.first_seq, a.count) for a in backend.appends[1:]] == [(450, 20, 1)]
 
-    async def test_19_concurrent_flushes_share_one_barrier(self, harness: ConformanceHarness) -> None:
-        """(02 #19) Two concurrent flushes write at once, return after durability, and include later events."""
+    async def test_concurrent_flushes_share_one_barrier(self, harness: ConformanceHarness) -> None:
+        """Two concurrent flushes write at once, return after durability, and include later events."""
         timer, backend, store = harness.timer, harness.backend, harness.store
         session = store.create("s19")
         append_note(session, 0)
@@ -131,10 +131,10 @@ class WriteConformance:
         assert [(a.first_seq, a.count) for a in backend.appends] == [(0, 2), (2, 1)]
         assert timer.pending == 0
 
-    async def test_20_background_failure_retains_and_logs_once(
+    async def test_background_failure_retains_and_logs_once(
         self, harness: ConformanceHarness, caplog: pytest.LogCaptureFixture
     ) -> None:
-        """(02 #20) A failed background write keeps events, logs one record, never retries by itself."""
+        """A failed background write keeps events, logs one record, never retries by itself."""
         caplog.set_level(logging.ERROR)
         timer, backend = harness.timer, harness.backend
         session = harness.store.create("s20")
@@ -159,8 +159,8 @@ class WriteConformance:
         stored = await harness.coordinator.read_events("s20")
         assert [event.seq for event in stored.events] == [0, 1, 2, 3]
 
-    async def test_21_permanent_failure_raises_then_recovers(self, harness: ConformanceHarness) -> None:
-        """(02 #21) With a backend failing permanently flush raises; after recovery it stores with no gap."""
+    async def test_permanent_failure_raises_then_recovers(self, harness: ConformanceHarness) -> None:
+        """With a backend failing permanently flush raises; after recovery it stores with no gap."""
         session = harness.store.create("s21")
         append_closed_turn(session, 1)
         harness.backend.fail_always("append_batch")
@@ -173,8 +173,8 @@ class WriteConformance:
         stored = await harness.coordinator.read_events("s21")
         assert [event.seq for event in stored.events] == list(range(12))
 
-    async def test_22_close_drains_disposed_sessions(self, harness: ConformanceHarness) -> None:
-        """(02 #22) Events of a session disposed without flush survive close and reopen."""
+    async def test_close_drains_disposed_sessions(self, harness: ConformanceHarness) -> None:
+        """Events of a session disposed without flush survive close and reopen."""
         session = harness.store.create("s22")
         append_closed_turn(session, 1)
         harness.store.dispose(session)
@@ -182,8 +182,8 @@ class WriteConformance:
         observation = await coordinator.inspect("s22")
         assert encoded(observation.events) == encoded(session.events)
 
-    async def test_23_closed_coordinator_refuses_everything(self, harness: ConformanceHarness) -> None:
-        """(02 #23) After close every call raises PERSISTENCE_CLOSED, publication too; a second close is a no-op."""
+    async def test_closed_coordinator_refuses_everything(self, harness: ConformanceHarness) -> None:
+        """After close every call raises PERSISTENCE_CLOSED, publication too; a second close is a no-op."""
         await write_stored_log(harness.writer, "s23", closed_turn_records())
         coordinator = harness.coordinator
         await coordinator.close()
@@ -203,8 +203,8 @@ class WriteConformance:
         assert harness.store.get("fresh23") is None
         await coordinator.close()
 
-    async def test_24_fresh_session_never_adopts_a_stored_id(self, harness: ConformanceHarness) -> None:
-        """(02 #24) Flushing a fresh session whose id is stored raises SESSION_ALREADY_EXISTS, every time."""
+    async def test_fresh_session_never_adopts_a_stored_id(self, harness: ConformanceHarness) -> None:
+        """Flushing a fresh session whose id is stored raises SESSION_ALREADY_EXISTS, every time."""
         await write_stored_log(harness.writer, "s24", closed_turn_records())
         before = await harness.writer.snapshot("s24")
         session = harness.store.create("s24")
@@ -215,16 +215,16 @@ class WriteConformance:
             assert caught.value.code == "SESSION_ALREADY_EXISTS"
         assert await harness.writer.snapshot("s24") == before
 
-    async def test_25_reserved_id_vetoes_a_fresh_publication(self, harness: ConformanceHarness) -> None:
-        """(02 #25) While "x" is prepared, publishing another fresh "x" raises SESSION_ALREADY_EXISTS."""
+    async def test_reserved_id_vetoes_a_fresh_publication(self, harness: ConformanceHarness) -> None:
+        """While "x" is prepared, publishing another fresh "x" raises SESSION_ALREADY_EXISTS."""
         await write_stored_log(harness.writer, "s25", closed_turn_records())
         async with await harness.coordinator.prepare("s25"):
             with pytest.raises(SessionAlreadyExistsError):
                 harness.store.create("s25")
             assert harness.store.get("s25") is None
 
-    async def test_26_prepared_cache_reuses_and_evicts(self, harness: ConformanceHarness) -> None:
-        """(02 #26) inspect + prepare cost one load; an external append reloads; the LRU evicts least recent."""
+    async def test_prepared_cache_reuses_and_evicts(self, harness: ConformanceHarness) -> None:
+        """inspect + prepare cost one load; an external append reloads; the LRU evicts least recent."""
         for session_id in ("a26", "b26", "c26"):
             await write_stored_log(harness.writer, session_id, note_records(3))
         coordinator, backend = harness.coordinator, harness.backend
@@ -247,8 +247,8 @@ class WriteConformance:
         await small.inspect("b26")
         assert backend.reads == 4
 
-    async def test_27_cancelled_waiter_never_cancels_the_shared_load(self, harness: ConformanceHarness) -> None:
-        """(02 #27) Of two concurrent inspects one is cancelled: a single load runs and the other gets it."""
+    async def test_cancelled_waiter_never_cancels_the_shared_load(self, harness: ConformanceHarness) -> None:
+        """Of two concurrent inspects one is cancelled: a single load runs and the other gets it."""
         await write_stored_log(harness.writer, "s27", note_records(3))
         backend = harness.backend
         backend.hold_calls("load")
@@ -262,8 +262,8 @@ class WriteConformance:
         assert first.cancelled()
         assert backend.calls["load"] == 1
 
-    async def test_28_pre_aborted_signal_reaches_no_backend(self, harness: ConformanceHarness) -> None:
-        """(02 #28) A pre-aborted signal raises OPERATION_CANCELLED with its reason and calls no backend."""
+    async def test_pre_aborted_signal_reaches_no_backend(self, harness: ConformanceHarness) -> None:
+        """A pre-aborted signal raises OPERATION_CANCELLED with its reason and calls no backend."""
         await write_stored_log(harness.writer, "s28", note_records(2))
         backend = harness.backend
         before = sum(backend.calls.values())

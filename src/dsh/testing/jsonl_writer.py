@@ -1,12 +1,12 @@
 """`JsonlLogWriter`: the JSONL fixture writer (a `StoredLogWriter`) and its special damage.
 
-Layer: testing (shipped). It writes session logs straight into a JSONL root in the §6.2 layout and
-§6.3/§6.4 encoding, bypassing every check of the backend, so a test can build exactly the state it
-needs: arbitrary headers and records, foreign versions and types, packed rows, torn final frames
-(in the magic, in the last block, inside the checksum), flipped bytes, garbage lines, fragments
-without a newline, files at the wrong path, empty files, huge headers, the other encoding's
-artifacts in a root, and flat legacy files. It never validates anything.
-"""
+Layer: testing (shipped). It writes session logs straight into a JSONL root in the backend's layout
+and encoding (docs/storage-format.md#jsonl-layout), bypassing every check of the backend, so a test
+can build exactly the state it needs: arbitrary headers and records, foreign versions and types,
+packed rows, torn final frames (in the magic, in the last block, inside the checksum), flipped
+bytes, garbage lines, fragments without a newline, files at the wrong path, empty files, huge
+headers, the other encoding's artifacts in a root, and flat legacy files. It never validates
+anything."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared persistence conformance suite (02 §9 #1 to #36), run against every storage backend.
+"""The shared persistence conformance suite, run against every storage backend.
 
 Layer: testing (shipped, importable; needs `pytest` and `pytest-asyncio`). A backend proves itself by
 subclassing `PersistenceConformance` in about ten lines and providing one fixture, `target`, that
@@ -70,7 +70,10 @@ __all__ = [
 
 
 class PersistenceConformance(WriteConformance):
-    """The 02 §9 suite (#1 to #36; #16 to #28 come from `WriteConformance`).
+    """The whole conformance suite; the write-path tests are inherited from `WriteConformance`.
+
+    Defined here: round trips, listing, revisions, crash repair, resume, forks, format refusals,
+    typed reads and immutability of observations.
 
     Subclass it, set `__test__ = True`, and provide the `target` fixture.
     """
@@ -95,8 +98,8 @@ class PersistenceConformance(WriteConformance):
 
     # ------------------------------------------------------------------ round trips and listing
 
-    async def test_01_round_trip_of_header_and_every_core_type(self, harness: ConformanceHarness) -> None:
-        """(02 #1) A flushed, disposed session reads back with an equal header and byte-equal events."""
+    async def test_header_and_every_core_type_round_trip(self, harness: ConformanceHarness) -> None:
+        """A flushed, disposed session reads back with an equal header and byte-equal events."""
         init = HeaderInit(
             cwd="/srv/project", agent_preset="coder", delegation_depth=2, origin="subagent", parent_session="p01"
         )
@@ -111,8 +114,8 @@ class PersistenceConformance(WriteConformance):
         assert observation.synthetic_tail == 0
         assert encoded(observation.events) == encoded(session.events)
 
-    async def test_02_session_without_events_never_materializes(self, harness: ConformanceHarness) -> None:
-        """(02 #2) A published session that never appended is absent from list() and not found."""
+    async def test_session_without_events_never_materializes(self, harness: ConformanceHarness) -> None:
+        """A published session that never appended is absent from list() and not found."""
         session = harness.store.create("s02")
         await harness.cold(session)
         listing = await harness.coordinator.list()
@@ -121,8 +124,8 @@ class PersistenceConformance(WriteConformance):
             await harness.coordinator.inspect("s02")
         assert caught.value.code == "SESSION_NOT_FOUND"
 
-    async def test_03_listing_shows_is_seeded_never_the_cut(self, harness: ConformanceHarness) -> None:
-        """(02 #3) Listed headers carry is_seeded True for a fork child, False otherwise, and no integer cut."""
+    async def test_listing_shows_is_seeded_never_the_cut(self, harness: ConformanceHarness) -> None:
+        """Listed headers carry is_seeded True for a fork child, False otherwise, and no integer cut."""
         parent = harness.store.create("p03")
         append_closed_turn(parent, 1)
         await harness.store.flush(parent)
@@ -136,8 +139,8 @@ class PersistenceConformance(WriteConformance):
             assert not hasattr(row, "inherited_event_count")
             assert "seedLength" not in row.header.to_json()
 
-    async def test_04_damaged_events_listed_but_corrupt_on_read(self, harness: ConformanceHarness) -> None:
-        """(02 #4) A session whose event region is damaged still lists; inspect raises SESSION_CORRUPT."""
+    async def test_damaged_events_are_listed_but_corrupt_on_read(self, harness: ConformanceHarness) -> None:
+        """A session whose event region is damaged still lists; inspect raises SESSION_CORRUPT."""
         await write_stored_log(harness.writer, "s04", closed_turn_records())
         await harness.writer.damage_events("s04")
         listing = await harness.coordinator.list()
@@ -146,8 +149,8 @@ class PersistenceConformance(WriteConformance):
             await harness.coordinator.inspect("s04")
         assert caught.value.code == "SESSION_CORRUPT"
 
-    async def test_05_parent_filter_keeps_direct_children_sorted(self, harness: ConformanceHarness) -> None:
-        """(02 #5) list(parent_session=p) returns exactly p's direct children, sorted by (created_at, id)."""
+    async def test_parent_filter_keeps_direct_children_sorted(self, harness: ConformanceHarness) -> None:
+        """list(parent_session=p) returns exactly p's direct children, sorted by (created_at, id)."""
         records = closed_turn_records()
         await write_stored_log(harness.writer, "p05", records, created_at=BASE_TIME_MS)
         children = [("k3", 100), ("k1", 200), ("k2", 200)]
@@ -163,8 +166,8 @@ class PersistenceConformance(WriteConformance):
         ids = [row.header.id for row in everything]
         assert ids == ["p05", "u05", "g05", "k3", "k1", "k2"]
 
-    async def test_06_revisions_agree_and_change(self, harness: ConformanceHarness) -> None:
-        """(02 #6) list, inspect and revision() agree; an append changes it; independent stores differ."""
+    async def test_revisions_agree_across_reads_and_change_on_append(self, harness: ConformanceHarness) -> None:
+        """list, inspect and revision() agree; an append changes it; independent stores differ."""
         records = note_records(7)
         await write_stored_log(harness.writer, "s06", records[:6])
         coordinator = harness.coordinator
@@ -197,8 +200,8 @@ class PersistenceConformance(WriteConformance):
 
     # ------------------------------------------------------------------ crash repair
 
-    async def test_07_inspect_closes_open_turn_in_memory_only(self, harness: ConformanceHarness) -> None:
-        """(02 #7) inspect balances an open step in memory; stored bytes and revision stay unchanged."""
+    async def test_inspect_closes_open_turn_in_memory_only(self, harness: ConformanceHarness) -> None:
+        """inspect balances an open step in memory; stored bytes and revision stay unchanged."""
         await write_stored_log(harness.writer, "s07", build_records(lambda s: append_open_step(s, 1)))
         before = await harness.writer.snapshot("s07")
         revision = await harness.coordinator.revision("s07")
@@ -211,8 +214,8 @@ class PersistenceConformance(WriteConformance):
         assert await harness.coordinator.revision("s07") == revision
         assert await harness.writer.snapshot("s07") == before
 
-    async def test_08_prepare_stores_the_closers(self, harness: ConformanceHarness) -> None:
-        """(02 #8) prepare stores the closers, changes the revision, and resumes with end-seed at the cut."""
+    async def test_prepare_stores_the_closers(self, harness: ConformanceHarness) -> None:
+        """prepare stores the closers, changes the revision, and resumes with end-seed at the cut."""
         await write_stored_log(harness.writer, "s08", build_records(lambda s: append_open_step(s, 1)))
         before = await harness.coordinator.revision("s08")
         prepared = await harness.coordinator.prepare("s08")
@@ -228,8 +231,8 @@ class PersistenceConformance(WriteConformance):
         assert [event.type for event in stored.events[3:]] == ["step/end", "turn/end"]
         assert stored.next_seq == 5
 
-    async def test_09_pending_tool_calls_get_results_before_step_end(self, harness: ConformanceHarness) -> None:
-        """(02 #9) prepare stores TOOL_OUTCOME_UNKNOWN (citing the call seq) and TOOL_NOT_STARTED results."""
+    async def test_pending_tool_calls_get_results_before_step_end(self, harness: ConformanceHarness) -> None:
+        """prepare stores TOOL_OUTCOME_UNKNOWN (citing the call seq) and TOOL_NOT_STARTED results."""
         records = build_records(lambda s: append_open_step(s, 1, calls=["c-ran", "c-new"], started=["c-ran"]))
         await write_stored_log(harness.writer, "s09", records)
         call_seq = next(record["seq"] for record in records if record["type"] == "tool/call")
@@ -246,8 +249,8 @@ class PersistenceConformance(WriteConformance):
         assert new_data["error"]["code"] == "TOOL_NOT_STARTED"
         assert new.source_event_seqs is None
 
-    async def test_10_live_inspect_reads_nothing(self, harness: ConformanceHarness) -> None:
-        """(02 #10) inspect of a live session with an open turn is the live view with zero backend reads."""
+    async def test_live_inspect_reads_nothing(self, harness: ConformanceHarness) -> None:
+        """inspect of a live session with an open turn is the live view with zero backend reads."""
         session = harness.store.create("s10")
         append_open_step(session, 1)
         observation = await harness.coordinator.inspect("s10")
@@ -258,8 +261,8 @@ class PersistenceConformance(WriteConformance):
         assert harness.backend.reads == 0
         assert harness.backend.calls["read_revision"] == 0
 
-    async def test_11_live_and_unknown_ids_are_refused(self, harness: ConformanceHarness) -> None:
-        """(02 #11) prepare of a live id raises SESSION_LIVE; unknown ids raise SESSION_NOT_FOUND."""
+    async def test_prepare_refuses_live_and_unknown_ids(self, harness: ConformanceHarness) -> None:
+        """prepare of a live id raises SESSION_LIVE; unknown ids raise SESSION_NOT_FOUND."""
         harness.store.create("s11")
         with pytest.raises(SessionLiveError) as live:
             await harness.coordinator.prepare("s11")
@@ -271,8 +274,8 @@ class PersistenceConformance(WriteConformance):
         with pytest.raises(SessionNotFoundError):
             await harness.coordinator.read_events("missing")
 
-    async def test_12_resumed_appends_follow_the_end_seed(self, harness: ConformanceHarness) -> None:
-        """(02 #12) A resumed log stores old log + end-seed + new events, contiguous, header and cut kept."""
+    async def test_resumed_appends_follow_the_end_seed(self, harness: ConformanceHarness) -> None:
+        """A resumed log stores old log + end-seed + new events, contiguous, header and cut kept."""
         records = closed_turn_records()
         await write_stored_log(harness.writer, "s12", records, cwd="/srv/x")
         prepared = await harness.coordinator.prepare("s12")
@@ -290,8 +293,8 @@ class PersistenceConformance(WriteConformance):
         assert stored.inherited_event_count == 0
         await prepared.close()
 
-    async def test_13_resume_without_appends_adds_one_end_seed(self, harness: ConformanceHarness) -> None:
-        """(02 #13) Preparing, publishing and disposing twice without appends grows the log by one end-seed."""
+    async def test_resume_without_appends_adds_one_end_seed(self, harness: ConformanceHarness) -> None:
+        """Preparing, publishing and disposing twice without appends grows the log by one end-seed."""
         await write_stored_log(harness.writer, "s13", closed_turn_records())
         for _ in range(2):
             prepared = await harness.coordinator.prepare("s13")
@@ -304,8 +307,8 @@ class PersistenceConformance(WriteConformance):
 
     # ------------------------------------------------------------------ header facts
 
-    async def test_14_fork_writes_seed_and_end_seed_in_first_batch(self, harness: ConformanceHarness) -> None:
-        """(02 #14) A fork's first batch holds the 7 copied events + end-seed and stores seedLength 7."""
+    async def test_fork_writes_seed_and_end_seed_in_first_batch(self, harness: ConformanceHarness) -> None:
+        """A fork's first batch holds the 7 copied events + end-seed and stores seedLength 7."""
         parent = harness.store.create("p14")
         parent.append("request/context", {"provider": "scripted", "model": "test"})
         append_closed_turn(parent, 1)
@@ -322,8 +325,8 @@ class PersistenceConformance(WriteConformance):
         assert raw is not None
         assert raw.header["seedLength"] == 7
 
-    async def test_15_unseeded_session_stores_no_cut(self, harness: ConformanceHarness) -> None:
-        """(02 #15) An unseeded session stores no seedLength (or 0) and reads back with count 0."""
+    async def test_unseeded_session_stores_no_cut(self, harness: ConformanceHarness) -> None:
+        """An unseeded session stores no seedLength (or 0) and reads back with count 0."""
         session = harness.store.create("s15")
         append_closed_turn(session, 1)
         await harness.cold(session)
@@ -337,10 +340,10 @@ class PersistenceConformance(WriteConformance):
     # ------------------------------------------------------------------ format verdicts
 
     @pytest.mark.parametrize(("version", "direction"), [(1, "newer"), (-1, "older")])
-    async def test_29_foreign_version_is_format_unsupported(
+    async def test_foreign_version_is_format_unsupported(
         self, harness: ConformanceHarness, version: int, direction: str
     ) -> None:
-        """(02 #29) A stored header version 1 / -1 is SESSION_FORMAT_UNSUPPORTED newer / older, never corrupt."""
+        """A stored header version 1 / -1 is SESSION_FORMAT_UNSUPPORTED newer / older, never corrupt."""
         await write_stored_log(harness.writer, "s29", note_records(2), version=version)
         reads: list[Callable[[], Any]] = [
             lambda: harness.coordinator.inspect("s29"),
@@ -354,8 +357,8 @@ class PersistenceConformance(WriteConformance):
             assert error.code == "SESSION_FORMAT_UNSUPPORTED"
             assert (error.found_version, error.direction, error.session_id) == (version, direction, "s29")
 
-    async def test_30_unknown_type_refused_unless_ignorable(self, harness: ConformanceHarness) -> None:
-        """(02 #30) A non-ignorable acme/x at seq 3 is format-unsupported; an ignorable one loads, preserved."""
+    async def test_unknown_type_refused_unless_ignorable(self, harness: ConformanceHarness) -> None:
+        """A non-ignorable acme/x at seq 3 is format-unsupported; an ignorable one loads, preserved."""
         records = note_records(5)
         foreign = {"type": "acme/x", "seq": 3, "time": records[3]["time"], "data": {"v": [1, "two"]}}
         await write_stored_log(harness.writer, "s30", [*records[:3], foreign, records[4]])
@@ -368,8 +371,8 @@ class PersistenceConformance(WriteConformance):
         assert dict(observation.events[3]) == tolerated
         assert observation.events[3].ignorable is True
 
-    async def test_31_legacy_vocabulary_is_format_unsupported(self, harness: ConformanceHarness) -> None:
-        """(02 #31) A stored request/header-delta makes the log SESSION_FORMAT_UNSUPPORTED."""
+    async def test_legacy_vocabulary_is_format_unsupported(self, harness: ConformanceHarness) -> None:
+        """A stored request/header-delta makes the log SESSION_FORMAT_UNSUPPORTED."""
         records = note_records(3)
         legacy = {"type": "request/header-delta", "seq": 1, "time": records[1]["time"], "data": {"delta": {}}}
         await write_stored_log(harness.writer, "s31", [records[0], legacy, records[2]])
@@ -377,8 +380,8 @@ class PersistenceConformance(WriteConformance):
             await harness.coordinator.inspect("s31")
         assert caught.value.code == "SESSION_FORMAT_UNSUPPORTED"
 
-    async def test_32_gap_identity_and_cut_are_corruption(self, harness: ConformanceHarness) -> None:
-        """(02 #32) A seq gap before a later turn/end, a foreign header id or a cut past the log is corrupt."""
+    async def test_seq_gap_foreign_id_and_oversized_cut_are_corruption(self, harness: ConformanceHarness) -> None:
+        """A seq gap before a later turn/end, a foreign header id or a cut past the log is corrupt."""
         records = closed_turn_records()
         await write_stored_log(harness.writer, "gap32", [*records[:2], *records[3:]])
         await write_stored_log(harness.writer, "cut32", records, seedLength=len(records) + 1)
@@ -394,8 +397,8 @@ class PersistenceConformance(WriteConformance):
                 await harness.coordinator.inspect(session_id)
             assert caught.value.code == "SESSION_CORRUPT"
 
-    async def test_33_typed_read_equals_filtered_full_read(self, harness: ConformanceHarness) -> None:
-        """(02 #33) read_events(types, from_seq) equals the filtered full read; a foreign type still refuses."""
+    async def test_typed_read_equals_filtered_full_read(self, harness: ConformanceHarness) -> None:
+        """read_events(types, from_seq) equals the filtered full read; a foreign type still refuses."""
 
         def build(session: Session) -> None:
             append_closed_turn(session, 1)
@@ -418,8 +421,8 @@ class PersistenceConformance(WriteConformance):
         with pytest.raises(SessionFormatUnsupportedError):
             await harness.coordinator.read_events("t33", types=types, from_seq=0)
 
-    async def test_34_unusual_values_round_trip_exactly(self, harness: ConformanceHarness) -> None:
-        """(02 #34) An 8 MiB string, emoji, U+2028 and 2**53-1 round-trip exactly."""
+    async def test_unusual_values_round_trip_exactly(self, harness: ConformanceHarness) -> None:
+        """An 8 MiB string, emoji, U+2028 and 2**53-1 round-trip exactly."""
         top = 2**53 - 1
         store = harness.new_store(clock=lambda: top)
         coordinator = await harness.open(store=store)
@@ -432,8 +435,8 @@ class PersistenceConformance(WriteConformance):
         assert observation.events[0].data == session.events[0].data
         assert encoded(observation.events) == encoded(session.events)
 
-    async def test_35_new_backend_instance_sees_the_same_store(self, harness: ConformanceHarness) -> None:
-        """(02 #35) A brand-new backend instance lists and inspects the same data and revisions."""
+    async def test_new_backend_instance_sees_the_same_store(self, harness: ConformanceHarness) -> None:
+        """A brand-new backend instance lists and inspects the same data and revisions."""
         for session_id in ("a35", "b35"):
             session = harness.store.create(session_id)
             append_closed_turn(session, 1)
@@ -448,8 +451,8 @@ class PersistenceConformance(WriteConformance):
         assert again.header == observed.header
         assert encoded(again.events) == encoded(observed.events)
 
-    async def test_36_observations_are_deeply_immutable(self, harness: ConformanceHarness) -> None:
-        """(02 #36) Mutating an observed event or its data raises TypeError; a later inspect is unaffected."""
+    async def test_observations_are_deeply_immutable(self, harness: ConformanceHarness) -> None:
+        """Mutating an observed event or its data raises TypeError; a later inspect is unaffected."""
         await write_stored_log(harness.writer, "s36", closed_turn_records())
         observation: PersistenceObservation = await harness.coordinator.inspect("s36")
         event: Any = observation.events[1]

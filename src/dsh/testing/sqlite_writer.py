@@ -6,7 +6,7 @@ validation, so a test can build exactly the state it needs — a header whose `s
 the rows, a seq gap, a row whose `data` is not JSON (`RawText`), a foreign version — as far as the
 schema's column types allow. `SqliteLoopGuard` records every `sqlite3` call made on a thread while
 an asyncio event loop runs there, which is how the suite proves that no blocking SQLite call ever
-runs on the loop (02 §7.4, #51).
+runs on the loop.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Layer: testing (shipped, importable). A `StoredLogWriter` stores stored facts directly in a backend's
 storage, bypassing every check, so a test can build exactly the damaged, foreign or torn state it
-needs; `write_stored_log` is the convenience entry point (02 §9). `MemoryStoredLogWriter` is the
+needs; `write_stored_log` is the convenience entry point. `MemoryStoredLogWriter` is the
 writer of the memory backend. The builders produce *valid* raw records by appending through a real
 (unpublished) `Session`, so every record a test stores passes the same rules a live append does,
 unless the test breaks it on purpose.
@@ -81,7 +81,7 @@ class ConformanceTarget:
         writer: The fixture writer for that storage.
         name: A short label for messages (`memory`, `jsonl-zstd`, `sqlite` ...).
         independent: Optional: builds a target over a *separate*, empty storage (used to prove that
-            two stores with identical content never share a revision, 02 §9 #6).
+            two stores with identical content never share a revision).
     """
 
     make_backend: Callable[[], StorageBackend]
@@ -246,7 +246,7 @@ def append_note(session: Session, index: int) -> None:
 
 
 def append_every_core_type(session: Session) -> None:
-    """Append one event of every appendable core type (01 §3), as one complete turn."""
+    """Append one event of every appendable core type, as one complete turn."""
     session.append("request/context", {"provider": "scripted", "model": "test", "contextWindow": 128000})
     session.append("turn/start", {"turn": 1})
     session.append("user/message", _user("list the files", "u1"))

@@ -1,13 +1,29 @@
-"""Shared helpers of the JSONL backend tests: record builders, a coordinator stack, a counting opener."""
+"""Shared helpers of the persistence tests (plain functions and classes; the fixtures live in `conftest.py`).
+
+* JSONL backend tests: builders of valid stored records, a backend and fixture writer per root, a
+  coordinator stack closed in the runtime's order, file digests that prove a read path changed
+  nothing, and an `opener` that counts the bytes a listing reads.
+* Crash and writer-lock tests: the parent's half of the report protocol of `crash_child.py` (the
+  program those tests start as a subprocess), the backend kinds it understands and where each kind
+  keeps its store.
+* SQLite tests: a private connection on a worker thread, for looking at (or changing) the database
+  behind the backend's back without calling `sqlite3` on the event loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import IO, Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import orjson
 
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.jsonl import JsonlBackend
@@ -19,21 +35,32 @@ from dsh.testing.stored_logs import (
     append_every_core_type,
     append_open_step,
     build_records,
-    stored_header,
 )
+from tests.persistence.crash_child import open_backend
 
 __all__ = [
+    "CHILD",
+    "CHILD_BACKENDS",
+    "GUARD_S",
     "CountingOpener",
+    "Reports",
     "closed_records",
     "digest",
+    "event_sha256",
     "every_type_records",
     "make_backend",
     "make_writer",
+    "raw_sql",
+    "open_backend",
     "open_step_records",
     "running",
-    "stored_header",
+    "store_path",
     "tree_digest",
 ]
+
+T = TypeVar("T")
+
+# ---------------------------------------------------------------- JSONL backend tests
 
 
 def closed_records(turns: int = 2) -> list[dict[str, Any]]:
@@ -65,12 +92,12 @@ def every_type_records() -> list[dict[str, Any]]:
 
 
 def make_backend(root: str | os.PathLike[str], compression: str, **kwargs: Any) -> JsonlBackend:
-    """A JSONL backend over `root`."""
+    """A JSONL backend over `root` with the given encoding (`zstd` or `none`)."""
     return JsonlBackend(root, compression=compression, **kwargs)  # type: ignore[arg-type]
 
 
 def make_writer(root: str | os.PathLike[str], compression: str) -> JsonlLogWriter:
-    """The fixture writer for the same root."""
+    """The fixture writer for the same root and encoding."""
     return JsonlLogWriter(root, compression=compression)  # type: ignore[arg-type]
 
 
@@ -78,7 +105,11 @@ def make_writer(root: str | os.PathLike[str], compression: str) -> JsonlLogWrite
 async def running(
     backend: Any, *, clock: Callable[[], int] | None = None
 ) -> AsyncIterator[tuple[PersistenceCoordinator, SessionStore]]:
-    """An opened coordinator over `backend` with its own store, closed in the runtime's order."""
+    """An opened coordinator over `backend` with its own store, closed in the runtime's order.
+
+    The store closes first so its live sessions drain through the coordinator before the backend
+    goes away (docs/architecture.md#open-and-close-order).
+    """
     store = SessionStore(clock=clock or StepClock())
     coordinator = PersistenceCoordinator(backend, store)
     await coordinator.open()
@@ -141,3 +172,59 @@ class CountingOpener:
     def __call__(self, path: str, mode: str) -> Any:
         self.opens[path] += 1
         return _CountedFile(open(path, mode), self, path)  # the wrapper closes it
+
+
+# ---------------------------------------------------------------- crash and writer-lock tests
+
+CHILD = Path(__file__).with_name("crash_child.py")
+"""The child program, run by path (`python crash_child.py ...`) so it needs no `tests` package."""
+
+GUARD_S = 60.0
+"""Only guards the parent against a hung child; every wait ends on a report long before."""
+
+CHILD_BACKENDS = ["jsonl-zstd", "jsonl-raw", "sqlite"]
+"""The backend kinds `crash_child.py` understands (see `open_backend`)."""
+
+
+def store_path(directory: Path, kind: str) -> str:
+    """Where a backend of `kind` keeps its store inside `directory`: a database file or a JSONL root."""
+    return str(directory / ("sessions.sqlite3" if kind == "sqlite" else "sessions"))
+
+
+def event_sha256(event: Any) -> str:
+    """SHA-256 of an event's JSON bytes, the digest the child reports for every event it appends."""
+    return hashlib.sha256(orjson.dumps(event)).hexdigest()
+
+
+@dataclass
+class Reports:
+    """What one child reported before it died: event digests by seq and the highest flushed seq."""
+
+    events: dict[int, str] = field(default_factory=dict)
+    flushed: int = 0
+
+    def parse(self, line: bytes) -> None:
+        """Record one complete report line (`E <seq> <sha256>` or `F <n>`; other lines are ignored)."""
+        parts = line.decode().split()
+        if not parts:
+            return
+        if parts[0] == "E":
+            self.events[int(parts[1])] = parts[2]
+        elif parts[0] == "F":
+            self.flushed = max(self.flushed, int(parts[1]))
+
+
+# ---------------------------------------------------------------- SQLite tests
+
+
+async def raw_sql(path: Path, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `work` on a private autocommit connection in a worker thread, never on the event loop."""
+
+    def run() -> T:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            return work(conn)
+        finally:
+            conn.close()
+
+    return await asyncio.to_thread(run)

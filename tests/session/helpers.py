@@ -1,7 +1,8 @@
-"""Builders for well-formed session events, shared by the session-layer tests.
+"""Shared helpers of the session-layer tests: builders for well-formed session events.
 
 Plain functions (not fixtures) so tests can use them in parametrisation and in Hypothesis strategies.
 Each returns fresh plain `dict`s, the way a caller would hand data to `Session.append` or a seed.
+The `store` fixture these tests share lives in `tests/session/conftest.py`.
 """
 
 from __future__ import annotations
