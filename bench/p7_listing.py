@@ -48,7 +48,7 @@ def _build(root: Path, events_per_log: int) -> None:
     """
     import orjson
 
-    from dsh.persistence.jsonl_format import project_key
+    from dsh.persistence.jsonl import project_key
     from dsh.session.ids import encode_segment
 
     frame, compressor = _frames(events_per_log)

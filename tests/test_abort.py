@@ -217,7 +217,7 @@ def test_none_signal_never_aborts() -> None:
     assert never is AbortSignal.none()
     calls: list[object] = []
     remove = never.add_callback(calls.append)
-    never._abort("forced")  # even the internal path refuses
+    never._state.abort("forced")  # even the internal path refuses
     remove()
     assert never.aborted is False
     assert never.reason is None
@@ -241,8 +241,16 @@ def test_aborted_with_defaults() -> None:
 
 
 def test_abort_error_keeps_its_reason() -> None:
-    """AbortError(reason) exposes the reason and uses it as its message."""
-    error = AbortError({"why": "user"})
+    """AbortError(reason=...) exposes the reason and, without a message, uses it as its message."""
+    error = AbortError(reason={"why": "user"})
     reason: Any = error.reason
     assert reason == {"why": "user"}
     assert error.code == "ABORTED"
+    assert error.message == str({"why": "user"})
+    assert AbortError().message == "aborted"
+
+
+def test_abort_error_takes_its_message_first() -> None:
+    """AbortError follows the message-first convention: the message, then the reason as a keyword."""
+    error = AbortError("user pressed stop", reason=42)
+    assert (error.message, error.reason, error.code) == ("user pressed stop", 42, "ABORTED")

@@ -23,12 +23,22 @@ _log = logging.getLogger(__name__)
 
 
 class AbortError(DshError):
-    """Raised by `AbortSignal.throw_if_aborted()` when the reason is not itself an exception."""
+    """Raised by `AbortSignal.throw_if_aborted()` when the reason is not itself an exception.
+
+    Args:
+        message: Human-readable text; when omitted, `str(reason)`, or `"aborted"` without a reason.
+        reason: The reason the signal was aborted with.
+
+    Attributes:
+        reason: The abort reason, or None.
+    """
 
     codes = frozenset({"ABORTED"})
 
-    def __init__(self, reason: object = None, message: str | None = None) -> None:
-        super().__init__(message or (str(reason) if reason is not None else "aborted"))
+    def __init__(self, message: str | None = None, *, reason: object = None) -> None:
+        if message is None:
+            message = "aborted" if reason is None else str(reason)
+        super().__init__(message)
         self.reason = reason
 
 
@@ -39,93 +49,33 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-class AbortSignal:
-    """Read side of an abort: state, reason, callbacks and awaiting."""
+class _AbortState:
+    """The state of one abort, shared by its two sides: the controller writes it (`abort`), the
+    signal reads it. The one shared never-aborting signal has a state that refuses every abort."""
 
-    def __init__(self, *, _loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._aborted = False
-        self._reason: object = None
-        self._callbacks: list[_Callback] = []
-        self._waiters: list[asyncio.Future[object]] = []
-        self._loop = _loop if _loop is not None else _running_loop()
-        self._thread = threading.get_ident()
-        self._lock = threading.Lock()
-        self._never = False
+    __slots__ = ("aborted", "callbacks", "lock", "loop", "never", "reason", "thread", "waiters")
 
-    @property
-    def aborted(self) -> bool:
-        """True once the controller aborted."""
-        return self._aborted
+    def __init__(self, loop: asyncio.AbstractEventLoop | None, *, never: bool = False) -> None:
+        self.aborted = False
+        self.reason: object = None
+        self.callbacks: list[_Callback] = []
+        self.waiters: list[asyncio.Future[object]] = []
+        self.loop = loop
+        self.thread = threading.get_ident()
+        self.lock = threading.Lock()
+        self.never = never
 
-    @property
-    def reason(self) -> object | None:
-        """The abort reason; `None` until aborted."""
-        return self._reason if self._aborted else None
-
-    def throw_if_aborted(self) -> None:
-        """Raise the reason (an exception) or `AbortError(reason)` when aborted."""
-        if not self._aborted:
-            return
-        if isinstance(self._reason, BaseException):
-            raise self._reason
-        raise AbortError(self._reason)
-
-    def add_callback(self, fn: Callable[[object], None]) -> Callable[[], None]:
-        """Run `fn(reason)` once on abort (immediately if already aborted); returns a remover."""
-        with self._lock:
-            if not self._aborted:
-                if self._never:
-                    return _noop
-                # A fresh cell per registration, so the remover takes out exactly this one even
-                # when the same function (or an equal bound method) is registered twice.
-                entry = _Callback(fn)
-                self._callbacks.append(entry)
-
-                def remove() -> None:
-                    with self._lock:
-                        for index, item in enumerate(self._callbacks):
-                            if item is entry:
-                                del self._callbacks[index]
-                                break
-
-                return remove
-        _run_callback(fn, self._reason)
-        return _noop
-
-    async def wait(self) -> object:
-        """Resolve with the reason once aborted. Cancelling a waiter never affects the signal."""
-        if self._aborted:
-            return self._reason
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[object] = loop.create_future()
-        if self._never:
-            # The shared never-aborting signal keeps no waiter list (it is shared across loops).
-            return await future
-        with self._lock:
-            # Re-checked under the lock: another thread may have aborted since the fast path.
-            if self.aborted:
-                return self._reason
-            self._waiters.append(future)
-        try:
-            return await future
-        finally:
-            with self._lock:
-                if future in self._waiters:
-                    self._waiters.remove(future)
-
-    def __await__(self) -> Generator[Any, None, object]:
-        return self.wait().__await__()
-
-    def _abort(self, reason: object) -> None:
-        with self._lock:
-            if self._aborted or self._never:
+    def abort(self, reason: object) -> None:
+        """Abort once (the first reason wins) and settle callbacks and waiters on the owning loop."""
+        with self.lock:
+            if self.aborted or self.never:
                 return
-            self._aborted = True
-            self._reason = reason
-            callbacks, self._callbacks = self._callbacks, []
-            waiters, self._waiters = self._waiters, []
-        loop = self._loop
-        on_owner = loop is None or _running_loop() is loop or threading.get_ident() == self._thread
+            self.aborted = True
+            self.reason = reason
+            callbacks, self.callbacks = self.callbacks, []
+            waiters, self.waiters = self.waiters, []
+        loop = self.loop
+        on_owner = loop is None or _running_loop() is loop or threading.get_ident() == self.thread
         if not on_owner:
             assert loop is not None
             try:
@@ -136,6 +86,86 @@ class AbortSignal:
                 # run here rather than never (waiters of a closed loop cannot be woken anyway).
                 pass
         _settle(callbacks, waiters, reason)
+
+
+class AbortSignal:
+    """Read side of an abort: state, reason, callbacks and awaiting.
+
+    Get one from an `AbortController` (or the static constructors below); a signal built directly
+    never aborts.
+    """
+
+    def __init__(self, *, _state: _AbortState | None = None) -> None:
+        self._state = _state if _state is not None else _AbortState(_running_loop())
+
+    @property
+    def aborted(self) -> bool:
+        """True once the controller aborted."""
+        return self._state.aborted
+
+    @property
+    def reason(self) -> object | None:
+        """The abort reason; `None` until aborted."""
+        state = self._state
+        return state.reason if state.aborted else None
+
+    def throw_if_aborted(self) -> None:
+        """Raise the reason (an exception) or `AbortError(reason=reason)` when aborted."""
+        state = self._state
+        if not state.aborted:
+            return
+        if isinstance(state.reason, BaseException):
+            raise state.reason
+        raise AbortError(reason=state.reason)
+
+    def add_callback(self, fn: Callable[[object], None]) -> Callable[[], None]:
+        """Run `fn(reason)` once on abort (immediately if already aborted); returns a remover."""
+        state = self._state
+        with state.lock:
+            if not state.aborted:
+                if state.never:
+                    return _noop
+                # A fresh cell per registration, so the remover takes out exactly this one even
+                # when the same function (or an equal bound method) is registered twice.
+                entry = _Callback(fn)
+                state.callbacks.append(entry)
+
+                def remove() -> None:
+                    with state.lock:
+                        for index, item in enumerate(state.callbacks):
+                            if item is entry:
+                                del state.callbacks[index]
+                                break
+
+                return remove
+        _run_callback(fn, state.reason)
+        return _noop
+
+    async def wait(self) -> object:
+        """Resolve with the reason once aborted. Cancelling a waiter never affects the signal."""
+        state = self._state
+        if state.aborted:
+            return state.reason
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        if state.never:
+            # The shared never-aborting signal keeps no waiter list (it is shared across loops).
+            return await future
+        with state.lock:
+            # Re-checked under the lock (through the property, which the type checker does not
+            # narrow): another thread may have aborted since the fast path.
+            if self.aborted:
+                return state.reason
+            state.waiters.append(future)
+        try:
+            return await future
+        finally:
+            with state.lock:
+                if future in state.waiters:
+                    state.waiters.remove(future)
+
+    def __await__(self) -> Generator[Any, None, object]:
+        return self.wait().__await__()
 
     @staticmethod
     def none() -> AbortSignal:
@@ -218,21 +248,16 @@ def _resolve(future: asyncio.Future[object], reason: object) -> None:
 
 
 class AbortController:
-    """Write side of an abort: owns one `AbortSignal`."""
+    """Write side of an abort: owns the abort state its `signal` reads."""
 
     def __init__(self) -> None:
-        self.signal = AbortSignal()
+        self._state = _AbortState(_running_loop())
+        self.signal = AbortSignal(_state=self._state)
 
     def abort(self, reason: object = None) -> None:
         """Abort the signal; idempotent, the first reason wins (default `AbortError("aborted")`)."""
-        self.signal._abort(AbortError() if reason is None else reason)
+        self._state.abort(AbortError("aborted") if reason is None else reason)
 
 
-def _never_signal() -> AbortSignal:
-    signal = AbortSignal(_loop=None)
-    signal._never = True
-    return signal
-
-
-_NEVER: Final = _never_signal()
+_NEVER: Final = AbortSignal(_state=_AbortState(None, never=True))
 """The one shared never-aborting signal (immutable in effect: it refuses aborts and registrations)."""

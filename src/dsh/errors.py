@@ -6,6 +6,18 @@ module; this module holds the root, the cross-layer families, and the one table 
 code. A code names exactly one failure kind; a class may carry several codes. A test checks that the
 table below lists every code some class can carry, and lists each code once.
 
+Classes and codes (docs/errors.md#families): one class per family, with its codes as data (the
+`codes` class attribute); callers route on `.code`. A family gets a subclass only where callers must
+catch one failure kind apart from the rest with `except`: the persistence verdicts (nothing stored,
+a format this build cannot read, corruption, a writer conflict ...) are such classes, and so are
+`SessionForkError` (fork refusals), `SubagentDescriptorError` and `SubagentDepthError`.
+
+Constructor convention (docs/errors.md#error-shape): `message` comes first; `code` is a keyword
+(`SubagentError(message, code, cause=None)` keeps it as the second positional argument, as its
+public signature has it); typed context attributes (`session_id`, `path`, `reason` ...) are
+keywords. A class whose text follows from its context may default the message (`AbortError`,
+`SubagentDepthError`).
+
 Class tree (module in parentheses):
 
     DshError                                   root; every instance has `.code`

@@ -16,7 +16,7 @@ import pytest
 
 from dsh.abort import AbortController
 from dsh.errors import ConfigError
-from dsh.persistence import pipeline
+from dsh.persistence import _validation as validation
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.errors import (
     OperationCancelledError,
@@ -82,18 +82,18 @@ async def test_large_logs_are_validated_off_the_loop(
 ) -> None:
     """A log over the threshold is validated in a worker thread, a small one on the loop thread."""
     threads: list[int] = []
-    original = pipeline.validate_log
+    original = validation.validate_log
 
-    def spy(*args: Any) -> pipeline.ValidatedLog:
+    def spy(*args: Any) -> validation.ValidatedLog:
         threads.append(threading.get_ident())
         return original(*args)
 
-    monkeypatch.setattr(pipeline, "validate_log", spy)
-    await write_stored_log(writer, "big", notes(pipeline.THREAD_THRESHOLD + 1))
+    monkeypatch.setattr(validation, "validate_log", spy)
+    await write_stored_log(writer, "big", notes(validation.THREAD_THRESHOLD + 1))
     await write_stored_log(writer, "small", notes(3))
     observation = await coordinator.inspect("big")
     await coordinator.inspect("small")
-    assert len(observation.events) == pipeline.THREAD_THRESHOLD + 1
+    assert len(observation.events) == validation.THREAD_THRESHOLD + 1
     assert threads[0] != threading.get_ident()
     assert threads[1] == threading.get_ident()
 

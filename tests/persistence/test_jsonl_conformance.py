@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.persistence.jsonl_format import Compression
+from dsh.persistence.jsonl import Compression, JsonlBackend
 from dsh.testing.jsonl_writer import JsonlLogWriter
 from dsh.testing.persistence import ConformanceTarget, PersistenceConformance
 

@@ -17,7 +17,7 @@ import pytest
 import zstandard
 
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, SessionNotFoundError
-from dsh.persistence.jsonl_format import encode_batch
+from dsh.persistence.jsonl import encode_batch
 from dsh.testing.jsonl_writer import JsonlLogWriter, frame_spans
 from dsh.testing.stored_logs import build_records, stored_header
 from tests.persistence.helpers import (

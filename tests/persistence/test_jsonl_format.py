@@ -1,7 +1,7 @@
 """The pure JSONL codec: layout, header encoding, zstd framing and the scanner's torn/corruption rules.
 
-No file system here: these tests call `dsh.persistence.jsonl_format` directly
-(docs/storage-format.md#jsonl-layout, docs/storage-format.md#torn-tails-and-repair).
+No file system here: these tests call the private codec module `dsh.persistence.jsonl._format`
+directly (docs/storage-format.md#jsonl-layout, docs/storage-format.md#torn-tails-and-repair).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import zstandard
 
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError
-from dsh.persistence.jsonl_format import (
+from dsh.persistence.jsonl._format import (
     LogContext,
     check_identity,
     check_version,

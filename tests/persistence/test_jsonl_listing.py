@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from dsh.persistence.errors import SessionCorruptionError, StoreMisconfiguredError
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.persistence.jsonl_format import encode_batch, encode_header
+from dsh.persistence.jsonl import JsonlBackend, encode_batch, encode_header
 from dsh.session import HeaderInit
 from dsh.testing.jsonl_writer import JsonlLogWriter
 from dsh.testing.stored_logs import append_note, stored_header
@@ -227,22 +226,6 @@ async def test_listing_omits_a_log_deleted_after_discovery(tmp_path: Path) -> No
     rows, damaged = await make_backend(root, "zstd").list_headers(parent_session=None)
     assert [row[0]["id"] for row in rows] == ["kept"]
     assert damaged == []
-
-
-async def test_load_typed_filters_a_full_decode(tmp_path: Path, compression: str) -> None:
-    """`load_typed` (JSONL has no `TYPED_READS`) filters a full decode and reports the whole log's facts."""
-    root = tmp_path / "sessions"
-    writer = make_writer(root, compression)
-    records = closed_records(2)
-    foreign = {"type": "acme/x", "seq": len(records), "time": 1, "data": {}}
-    await writer.write("s1", stored_header("s1"), [*records, foreign])
-    backend = make_backend(root, compression)
-    log = await backend.load_typed("s1", frozenset({"turn/end"}), 3, frozenset({"turn/end", "turn/start"}))
-    assert log is not None
-    assert [record["seq"] for record in log.events] == [5, 11]
-    assert log.next_seq == len(records) + 1
-    assert log.first_unknown == ("user/message", 1)
-    assert await backend.load_typed("missing", None, 0, frozenset()) is None
 
 
 async def test_unreadable_log_is_reported_without_failing_the_listing(tmp_path: Path) -> None:

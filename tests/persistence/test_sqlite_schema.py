@@ -17,8 +17,7 @@ import pytest
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict, freeze
 from dsh.persistence.errors import PersistenceClosedError, StoreFormatUnsupportedError, StoreMisconfiguredError
-from dsh.persistence.sqlite import SqliteBackend
-from dsh.persistence.sqlite_schema import APPLICATION_ID, USER_VERSION
+from dsh.persistence.sqlite import APPLICATION_ID, USER_VERSION, SqliteBackend
 from dsh.session.events import make_event
 from tests.persistence.helpers import raw_sql
 

@@ -21,8 +21,8 @@ import pytest
 import dsh.projection.cache_storage as cache_storage
 from dsh.config import Config
 from dsh.persistence.memory import MemoryBackend
+from dsh.persistence.sqlite import APPLICATION_ID as SESSION_DB_APPLICATION_ID
 from dsh.persistence.sqlite import SqliteBackend
-from dsh.persistence.sqlite_schema import APPLICATION_ID as SESSION_DB_APPLICATION_ID
 from dsh.projection import ProjectionError
 from dsh.projection.cache_storage import (
     CACHE_APPLICATION_ID,

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from dsh.json import JsonValue
 from dsh.projection import ClientView, ProjectionRegistry, ProjectionUnit
-from dsh.projection.testing import check_unit
 from dsh.session import Session, SessionEvent, SessionStore
+from dsh.testing import check_unit
 from tests.helpers import examples
 from tests.projection.helpers import KINDS, roundtrip, stored_events
 

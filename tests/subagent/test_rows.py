@@ -301,7 +301,7 @@ def test_subagent_error_codes_are_a_closed_set() -> None:
 
 def test_other_subagent_errors() -> None:
     """`SubagentDepthError` pins its message and attributes; `SubagentDescriptorError` is a `ValueError`."""
-    depth = SubagentDepthError(4, 3)
+    depth = SubagentDepthError(attempted_depth=4, max_depth=3)
     assert str(depth) == "subagent depth 4 exceeds maxDepth 3"
     assert (depth.attempted_depth, depth.max_depth, depth.code) == (4, 3, "SUBAGENT_DEPTH_EXCEEDED")
     assert isinstance(depth, DshError)

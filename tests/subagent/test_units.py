@@ -25,7 +25,6 @@ from dsh.persistence.memory import MemoryBackend
 from dsh.projection import ProjectionRegistry, ProjectionUnit
 from dsh.projection.cache import ProjectionCache
 from dsh.projection.cache_storage import CacheIdentity, CacheRecord, MemoryCacheStorage
-from dsh.projection.testing import check_unit
 from dsh.query.service import SessionQuery
 from dsh.services import Services
 from dsh.session import KNOWN_EVENT_TYPES, Session, SessionEvent, SessionStore
@@ -38,7 +37,7 @@ from dsh.subagent.units import (
     subagent_identity_unit,
     subagent_timing_unit,
 )
-from dsh.testing import ManualTimer
+from dsh.testing import ManualTimer, check_unit
 from tests.helpers import examples
 
 IDENTITY = subagent_identity_unit()

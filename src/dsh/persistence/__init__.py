@@ -1,8 +1,20 @@
 """Persistence: the contract, the coordinator and the storage backends.
 
-Layer: persistence (imports `dsh.session` and the base modules only). `PersistenceCoordinator`
-implements the `SessionPersistence` contract on top of one `StorageBackend`: `MemoryBackend` (the
-reference), `JsonlBackend` (the default: JSONL with zstd frames) or `SqliteBackend`.
+Layer: persistence (imports `dsh.session`, `dsh.abort`, `dsh.timer` and the base modules only).
+`PersistenceCoordinator` implements the `SessionPersistence` contract on top of one
+`StorageBackend`: `MemoryBackend` (the reference), `JsonlBackend` (the default: JSONL with zstd
+frames) or `SqliteBackend`. The public modules are the map (docs/architecture.md#layers):
+
+* `base`: the contract (`SessionPersistence`, `StorageBackend`, `TypedReads`, `Capability`, the
+  records backends return) — what a new backend implements;
+* `coordinator`: `PersistenceCoordinator` (its internals are the private `_writer`, `_cold_reads`,
+  `_state`, `_validation` and `_prepared` modules);
+* `memory`, `jsonl` and `sqlite`: the backends (`jsonl` and `sqlite` are packages with private
+  helpers; each `__init__` lists the small codec or schema surface fixture writers need);
+* `errors`: the persistence errors.
+
+`_locks` (the `flock` writer locks of the file stores) and `_faults` (the in-backend fault hook of
+`dsh.testing.IOFaultSeam`) are shared by the backends and private.
 """
 
 from dsh.persistence.base import (
@@ -16,6 +28,7 @@ from dsh.persistence.base import (
     SessionPersistence,
     StorageBackend,
     StoredSessionInfo,
+    TypedReads,
 )
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.errors import SessionPersistenceError
@@ -39,4 +52,5 @@ __all__ = [
     "SqliteBackend",
     "StorageBackend",
     "StoredSessionInfo",
+    "TypedReads",
 ]

@@ -4,7 +4,9 @@ Layer: persistence. `SessionPersistence` is the service (`Services.persistence`)
 `PersistenceCoordinator` on top of one `StorageBackend`. Backends see stored facts only — the
 stored header record, seqs, types, times and JSON payloads — and implement storage; the coordinator
 owns orchestration (write-behind batching, per-id serialization, crash repair, the prepared LRU)
-and every logical validation, so each rule is written once, above the backends.
+and every logical validation, so each rule is written once, above the backends. An optional
+ability is a declared `Capability` plus, where it needs a hook of its own, a small protocol that
+only the backends declaring it implement (`TypedReads` for `Capability.TYPED_READS`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final, NewType, Protocol
+from typing import TYPE_CHECKING, Any, Final, NewType, Protocol, runtime_checkable
 
 from dsh.json import FrozenDict
 from dsh.session.events import SessionEvent
@@ -38,7 +40,9 @@ __all__ = [
     "StoredLog",
     "StoredSessionInfo",
     "TornMarker",
+    "TypedReads",
     "first_oversized_int",
+    "typed_reads_of",
 ]
 
 Revision = NewType("Revision", str)
@@ -156,7 +160,11 @@ class StoredLog:
 
 
 class StorageBackend(Protocol):
-    """Storage hooks; every method but `locate` is async and blocking work runs off the loop."""
+    """Storage hooks; every method but `locate` is async and blocking work runs off the loop.
+
+    Every backend implements all of them. Optional abilities are declared in `capabilities`; the
+    one with a hook of its own, `TYPED_READS`, adds the `TypedReads` protocol.
+    """
 
     name: str
     capabilities: frozenset[Capability]
@@ -174,11 +182,6 @@ class StorageBackend(Protocol):
 
     async def load(self, session_id: str) -> StoredLog | None:
         """The whole stored log, or None when nothing is stored."""
-
-    async def load_typed(
-        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
-    ) -> StoredLog | None:
-        """Only the records with `seq >= from_seq` and a type in `types` (`TYPED_READS` only)."""
 
     async def read_revision(self, session_id: str) -> Revision | None:
         """The current revision (one stat plus the last 4 KiB, or one row), or None."""
@@ -204,6 +207,33 @@ class StorageBackend(Protocol):
 
     async def close(self) -> None:
         """Release every resource."""
+
+
+@runtime_checkable
+class TypedReads(Protocol):
+    """The hook behind `Capability.TYPED_READS`: read only some event types of a log.
+
+    Implemented exactly by the backends that declare `TYPED_READS` (a test checks that declared
+    capabilities and implemented protocols agree); any other backend has no `load_typed` at all,
+    and the coordinator answers a typed `read_events` with a full `load` and a filter.
+    """
+
+    async def load_typed(
+        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
+    ) -> StoredLog | None:
+        """Only the records with `seq >= from_seq` and a type in `types` (all types when None).
+
+        The format facts still cover the whole log: `first_unknown` is the first record whose type
+        is not in `known` and is not ignorable, and `next_seq` is the whole log's length. None when
+        nothing is stored.
+        """
+
+
+def typed_reads_of(backend: StorageBackend) -> TypedReads | None:
+    """The backend's typed reads when it declares `TYPED_READS` and implements `TypedReads`, else None."""
+    if Capability.TYPED_READS in backend.capabilities and isinstance(backend, TypedReads):
+        return backend
+    return None
 
 
 class PreparedSession(Protocol):

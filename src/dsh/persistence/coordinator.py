@@ -3,11 +3,13 @@
 Layer: persistence. The coordinator owns orchestration; backends own storage. It subscribes to the
 `SessionStore` notifications at construction: a publication attaches a prepared session or starts
 the init of a fresh one (and may veto), every committed event goes to that session's write-behind
-controller (`dsh.persistence.writer`), `flush` is the durability barrier and `disposed` retires the
-session (drain, then release the writer lock). This module holds that write side, the shared state
-and `close()`; the read and resume side (`list`, `inspect`, `read_events`, `prepare`, `revision`)
-lives in `dsh.persistence.reads`, validation in `dsh.persistence.pipeline` and the prepared LRU in
-`dsh.persistence.prepared`.
+controller (`SessionWriter`), `flush` is the durability barrier and `disposed` retires the session
+(drain, then release the writer lock) (docs/architecture.md#write-path). This module holds that
+write side and the lifecycle (`open`, `close`); the read and resume paths (`list`, `inspect`,
+`read_events`, `prepare`, `revision`) are served by a `ColdReader` that the coordinator builds over
+the state both sides share (`CoordinatorState`). The private modules beside it: `_writer`
+(write-behind, per-id locks), `_cold_reads` (the reader), `_state` (the shared state and guards),
+`_validation` (the read pipeline) and `_prepared` (the prepared LRU and `PreparedSession`).
 
 Ordering: every backend operation for one id runs under that id's FIFO lock, and serialized
 operations never nest, so one id's appends, repairs, loads and lock changes happen in request
@@ -19,25 +21,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Final, Self
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from dsh.errors import ConfigError
-from dsh.persistence.base import Capability, StorageBackend
+from dsh.persistence._cold_reads import ColdReader
+from dsh.persistence._prepared import PreparedLRU, Reservation
+from dsh.persistence._state import CoordinatorState
+from dsh.persistence._writer import SessionWriter, retrieve
+from dsh.persistence.base import (
+    Capability,
+    EventSlice,
+    PersistenceObservation,
+    PreparedSession,
+    Revision,
+    SessionListing,
+    StorageBackend,
+)
 from dsh.persistence.errors import (
     AppendConflictError,
     PersistenceClosedError,
     PersistenceIOError,
     SessionAlreadyExistsError,
 )
-from dsh.persistence.pipeline import ValidatedLog
-from dsh.persistence.prepared import PreparedLRU, Reservation
-from dsh.persistence.reads import ColdReads, retrieve
-from dsh.persistence.writer import KeyedLocks, SessionWriter
 from dsh.session.events import SessionEvent
 from dsh.session.header import SessionHeader
 from dsh.session.session import Session
 from dsh.session.store import SessionStore, Unsubscribe
 from dsh.timer import LoopTimer, Timer
+
+if TYPE_CHECKING:
+    from dsh.abort import AbortSignal
 
 __all__ = ["PersistenceCoordinator"]
 
@@ -46,7 +60,7 @@ _log = logging.getLogger("dsh.persistence")
 _MAX_DELAY_MS: Final = 2_147_483_647
 
 
-class PersistenceCoordinator(ColdReads):
+class PersistenceCoordinator:
     """Write-behind persistence, cold reads and resume for the sessions of one `SessionStore`.
 
     Args:
@@ -78,19 +92,9 @@ class PersistenceCoordinator(ColdReads):
         self._sessions = sessions
         self._delay_ms = write_batch_max_delay_ms
         self._timer: Timer = timer if timer is not None else LoopTimer()
-        self._locks = KeyedLocks()
-        self._live: dict[Session, SessionWriter] = {}
-        self._retiring: dict[str, set[asyncio.Task[None]]] = {}
-        self._failed: list[SessionWriter] = []
-        self._reserved: dict[str, Reservation] = {}
-        self._lru = PreparedLRU(prepared_cache_size)
-        self._loads: dict[str, asyncio.Task[ValidatedLog]] = {}
-        self._reported_damage: set[tuple[str, str]] = set()
-        self._closed = False
+        self._state = CoordinatorState(backend, sessions, PreparedLRU(prepared_cache_size))
+        self._reads = ColdReader(self._state)
         self._close_task: asyncio.Task[None] | None = None
-        self._operations = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._unsubscribe_created = sessions.on_created(self._on_created)
         self._unsubscribe_event: Unsubscribe = sessions.on_event(self._on_event)
         self._unsubscribe_flush = sessions.on_flush(self._on_flush)
@@ -108,12 +112,12 @@ class PersistenceCoordinator(ColdReads):
     @property
     def closed(self) -> bool:
         """True once `close()` started."""
-        return self._closed
+        return self._state.closed
 
     @property
     def prepared_cache(self) -> PreparedLRU:
         """The prepared-observation LRU (exposed for inspection in tests)."""
-        return self._lru
+        return self._state.lru
 
     def locate(self, header: SessionHeader) -> str | None:
         """The artifact path of a session (JSONL), without I/O; None elsewhere."""
@@ -123,7 +127,7 @@ class PersistenceCoordinator(ColdReads):
 
     async def open(self) -> None:
         """Open the backend."""
-        self._check_open()
+        self._state.check_open()
         await self._backend.open()
 
     async def __aenter__(self) -> Self:
@@ -144,45 +148,45 @@ class PersistenceCoordinator(ColdReads):
         if self._close_task is not None:
             await asyncio.wait({self._close_task})
             return
-        self._closed = True
+        self._state.begin_close()
         self._close_task = asyncio.ensure_future(self._close())
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
         errors: list[Exception] = []
-        for writer in list(self._live.values()):
+        for writer in list(self._state.live.values()):
             try:
                 await writer.flush()
             except Exception as error:
                 errors.append(error)
-        while any(self._retiring.values()):
-            tasks = [task for group in self._retiring.values() for task in group]
+        while any(self._state.retiring.values()):
+            tasks = [task for group in self._state.retiring.values() for task in group]
             await asyncio.gather(*tasks, return_exceptions=True)
-        for writer in list(self._failed):
+        for writer in list(self._state.failed):
             try:
                 await writer.flush()
             except Exception as error:
                 errors.append(error)
             else:
-                self._failed.remove(writer)
-                await self._release_writer(writer, errors)
+                self._state.failed.remove(writer)
+                await self._state.release_writer(writer, errors)
         # Wake prepares waiting for a reservation: they re-check and fail with PERSISTENCE_CLOSED,
         # so waiting for in-flight operations cannot deadlock on an unclosed PreparedSession.
-        for reservation in self._reserved.values():
+        for reservation in self._state.reserved.values():
             reservation.released.set()
-        await self._idle.wait()
-        if self._loads:
-            await asyncio.gather(*self._loads.values(), return_exceptions=True)
-        for writer in list(self._live.values()):
-            await self._release_writer(writer, errors)
-        self._live.clear()
-        for reservation in list(self._reserved.values()):
+        await self._state.idle.wait()
+        if self._state.loads:
+            await asyncio.gather(*self._state.loads.values(), return_exceptions=True)
+        for writer in list(self._state.live.values()):
+            await self._state.release_writer(writer, errors)
+        self._state.live.clear()
+        for reservation in list(self._state.reserved.values()):
             if reservation.lock_held:
                 reservation.lock_held = False
-                await self._release_lock(reservation.session_id, errors)
+                await self._state.release_lock(reservation.session_id, errors)
             reservation.released.set()
-        self._reserved.clear()
-        self._lru.clear()
+        self._state.reserved.clear()
+        self._state.lru.clear()
         # `created` and `flush` stay subscribed: they refuse with PERSISTENCE_CLOSED, so a publication
         # is vetoed and a durability barrier never silently succeeds; events are no longer taken.
         self._unsubscribe_event()
@@ -198,16 +202,16 @@ class PersistenceCoordinator(ColdReads):
 
     def _on_created(self, session: Session) -> None:
         """Attach a prepared session, veto an identity persistence owns, or start a fresh init."""
-        if self._closed:
+        if self._state.closed:
             raise PersistenceClosedError(
                 f'cannot publish session "{session.id}": the persistence coordinator is closed',
                 session_id=session.id,
             )
-        reservation = self._reserved.get(session.id)
+        reservation = self._state.reserved.get(session.id)
         if reservation is not None and reservation.session is session:
             self._attach(reservation, session)
             return
-        if reservation is not None or session.id in self._lru:
+        if reservation is not None or session.id in self._state.lru:
             raise SessionAlreadyExistsError(
                 f'cannot publish session "{session.id}": persisted state already owns this identity',
                 session_id=session.id,
@@ -230,18 +234,18 @@ class PersistenceCoordinator(ColdReads):
         )
         reservation.attached = True
         reservation.lock_held = False  # now the live writer's, released at retirement
-        del self._reserved[session.id]
+        del self._state.reserved[session.id]
         reservation.released.set()
-        self._lru.pop(session.id)
-        self._live[session] = writer
+        self._state.lru.pop(session.id)
+        self._state.live[session] = writer
         # The unpublished suffix: the constructor's `session/end-seed` and pre-publication appends.
         writer.enqueue_many(session.events[session.first_live_seq :])
 
     def _start_fresh(self, session: Session) -> None:
         """A fresh session: its events so far (seed, end-seed, pre-publication appends) are the first batch."""
-        previous = tuple(self._retiring.get(session.id, ()))
+        previous = tuple(self._state.retiring.get(session.id, ()))
         writer = self._new_writer(session, init=self._init_fresh, previous=previous)
-        self._live[session] = writer
+        self._state.live[session] = writer
         writer.start_init()
         writer.enqueue_many(session.events[:])
 
@@ -256,34 +260,34 @@ class PersistenceCoordinator(ColdReads):
         )
 
     def _on_event(self, session: Session, event: SessionEvent) -> None:
-        writer = self._live.get(session)
+        writer = self._state.live.get(session)
         if writer is not None:
             writer.enqueue(event)
 
     async def _on_flush(self, session: Session) -> None:
-        self._check_open()
-        writer = self._live.get(session)
+        self._state.check_open()
+        writer = self._state.live.get(session)
         if writer is not None:
             await writer.flush()
 
     def _on_disposed(self, session: Session) -> None:
-        writer = self._live.pop(session, None)
+        writer = self._state.live.pop(session, None)
         if writer is None:
             return
         try:
             task = asyncio.get_running_loop().create_task(self._retire(writer), name=f"dsh-retire-{session.id}")
         except RuntimeError:
             # Disposed from synchronous code with no loop: `close()` retries the retirement.
-            self._failed.append(writer)
+            self._state.failed.append(writer)
             return
-        group = self._retiring.setdefault(session.id, set())
+        group = self._state.retiring.setdefault(session.id, set())
         group.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
             retrieve(finished)
             group.discard(finished)
-            if not group and self._retiring.get(session.id) is group:
-                del self._retiring[session.id]
+            if not group and self._state.retiring.get(session.id) is group:
+                del self._state.retiring[session.id]
 
         task.add_done_callback(done)
 
@@ -294,12 +298,12 @@ class PersistenceCoordinator(ColdReads):
         session_id = writer.session_id
         if writer.previous:
             await asyncio.gather(*writer.previous, return_exceptions=True)
-        if any(failed.session_id == session_id for failed in self._failed):
+        if any(failed.session_id == session_id for failed in self._state.failed):
             raise SessionAlreadyExistsError(
                 f'cannot persist session "{session_id}": an earlier session with this id still holds unwritten events',
                 session_id=session_id,
             )
-        async with self._locks.hold(session_id):
+        async with self._state.locks.hold(session_id):
             if await self._backend.exists(session_id):
                 raise SessionAlreadyExistsError(
                     f'cannot persist new session "{session_id}": {self._backend.name} storage already holds '
@@ -313,7 +317,7 @@ class PersistenceCoordinator(ColdReads):
     async def _sink(self, writer: SessionWriter, batch: list[SessionEvent]) -> None:
         """Write one batch under the id lock (runs shielded; see `SessionWriter`)."""
         session_id = writer.session_id
-        async with self._locks.hold(session_id):
+        async with self._state.locks.hold(session_id):
             skip = writer.cursor - batch[0].seq
             events = batch[skip:] if skip > 0 else batch
             if not events:
@@ -327,7 +331,7 @@ class PersistenceCoordinator(ColdReads):
             )
             writer.cursor = events[-1].seq + 1
             writer.materialized = True
-            self._lru.pop(session_id)
+            self._state.lru.pop(session_id)
 
     # ---------------------------------------------------------------- retirement and drain
 
@@ -336,10 +340,10 @@ class PersistenceCoordinator(ColdReads):
             await writer.flush()
         except Exception as error:
             _log.error('%s: session "%s" retirement failed: %s', self._backend.name, writer.session_id, error)
-            self._failed.append(writer)
+            self._state.failed.append(writer)
             return
         errors: list[Exception] = []
-        await self._release_writer(writer, errors)
+        await self._state.release_writer(writer, errors)
         for failure in errors:
             _log.error('%s: session "%s" retirement failed: %s', self._backend.name, writer.session_id, failure)
 
@@ -353,20 +357,76 @@ class PersistenceCoordinator(ColdReads):
         Raises:
             SessionPersistenceError: The first write failure of a live or retired writer of the id.
         """
-        self._check_open()
+        self._state.check_open()
         failure: Exception | None = None
-        for writer in [w for s, w in self._live.items() if s.id == session_id]:
+        for writer in [w for s, w in self._state.live.items() if s.id == session_id]:
             try:
                 await writer.flush()
             except Exception as error:
                 failure = failure or error
-        group = self._retiring.get(session_id)
+        group = self._state.retiring.get(session_id)
         if group:
             await asyncio.gather(*group, return_exceptions=True)
         if failure is not None:
             raise failure
-        if any(writer.session_id == session_id for writer in self._failed):
+        if any(writer.session_id == session_id for writer in self._state.failed):
             raise PersistenceIOError(
                 f'{self._backend.name}: session "{session_id}" still holds events that could not be made durable',
                 session_id=session_id,
             )
+
+    # ---------------------------------------------------------------- reads and resume (the cold reader)
+    # Served by the `ColdReader`. Kept last in the class: the method `list` would shadow the builtin
+    # in the type annotations of any method defined after it.
+
+    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
+        """Materialized sessions from stored header facts only, sorted by `(created_at, id)`.
+
+        A stored header that cannot be read leaves its session out and lands in `damaged` (logged
+        once per location and code); a failure of the backend itself fails the whole call.
+        """
+        return await self._reads.list(parent_session=parent_session, signal=signal)
+
+    async def revision(self, session_id: str, *, signal: AbortSignal | None = None) -> Revision | None:
+        """The current stored revision of the id, or None when nothing is stored."""
+        return await self._reads.revision(session_id, signal=signal)
+
+    async def inspect(self, session_id: str, *, signal: AbortSignal | None = None) -> PersistenceObservation:
+        """A non-mutating full read: the live view for a live id, else the balanced stored log.
+
+        Raises:
+            SessionNotFoundError, SessionCorruptionError, SessionFormatUnsupportedError,
+            PersistenceIOError, OperationCancelledError, PersistenceClosedError.
+        """
+        return await self._reads.inspect(session_id, signal=signal)
+
+    async def read_events(
+        self,
+        session_id: str,
+        *,
+        types: Collection[str] | None = None,
+        from_seq: int = 0,
+        signal: AbortSignal | None = None,
+    ) -> EventSlice:
+        """A physical storage read: stored events with `seq >= from_seq` (typed when asked).
+
+        No closers, no live view, no caching. The format refusal covers the whole log. A backend
+        that declares `TYPED_READS` reads only the asked types; elsewhere the whole log is loaded
+        and filtered.
+
+        Raises:
+            ConfigError: `CONFIG_INVALID` for a negative `from_seq` or `types` that is not a
+                collection of type names.
+        """
+        return await self._reads.read_events(session_id, types=types, from_seq=from_seq, signal=signal)
+
+    async def prepare(self, session_id: str, *, signal: AbortSignal | None = None) -> PreparedSession:
+        """Reserve a stored session for resume: writer lock, durable repair, unpublished session.
+
+        Raises:
+            SessionLiveError: The id is live in this process.
+            LeaseHeldError: Another process or host is the session's writer.
+            SessionNotFoundError, SessionCorruptionError, SessionFormatUnsupportedError,
+            PersistenceIOError, OperationCancelledError, PersistenceClosedError.
+        """
+        return await self._reads.prepare(session_id, signal=signal)

@@ -19,6 +19,7 @@ from typing import Any, Final
 import orjson
 
 from dsh.json import FrozenDict
+from dsh.persistence._faults import IOFaultSlot
 from dsh.persistence.base import (
     Capability,
     DamagedSession,
@@ -84,11 +85,11 @@ def _decode_header(raw: bytes) -> dict[str, Any] | None:
 
 
 class MemoryBackend:
-    """A `StorageBackend` over a `MemoryStorage` (a fresh one when none is given).
+    """A `StorageBackend` over a `MemoryStorage` (a fresh one when none is given); declares `TYPED_READS`.
 
-    It also offers the `dsh.testing.IOFaultSeam`: an armed fault makes the next append or repair
-    fail after staging part (or all) of its records, which are then rolled back, so a batch stays
-    all-or-nothing.
+    It implements `TypedReads` (`load_typed`) and offers the `dsh.testing.IOFaultSeam`: an armed
+    fault makes the next append or repair fail after staging part (or all) of its records, which
+    are then rolled back, so a batch stays all-or-nothing.
     """
 
     name = "memory"
@@ -97,7 +98,7 @@ class MemoryBackend:
         self.storage = storage if storage is not None else MemoryStorage()
         self.capabilities: frozenset[Capability] = _CAPABILITIES
         self._closed = False
-        self._fault: tuple[str, BaseException] | None = None
+        self._faults = IOFaultSlot()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -280,19 +281,17 @@ class MemoryBackend:
 
     def _write(self, stored: StoredSession, lines: list[bytes]) -> None:
         """Stage the lines, then either commit (bump the revision) or roll back on an armed fault."""
-        fault, self._fault = self._fault, None
+        fault = self._faults.take()
         size = len(stored.lines)
         if fault is None:
             stored.lines.extend(lines)
             stored.counter += 1
             return
-        kind, error = fault
-        staged = lines if kind == "sync" else lines[: len(lines) // 2]
-        stored.lines.extend(staged)
+        stored.lines.extend(lines[: fault.staged_length(len(lines))])
         # The in-memory "durability step" failed: roll back to the previous length so the batch is
         # all-or-nothing, exactly as a durable backend truncates or aborts its transaction.
         del stored.lines[size:]
-        raise error
+        raise fault.error
 
     # ---------------------------------------------------------------- writer lock, location, faults
 
@@ -310,4 +309,4 @@ class MemoryBackend:
 
     def arm_io_fault(self, kind: str, error: BaseException) -> None:
         """Fail the next append or repair after staging part (`partial-write`, `rollback`) or all (`sync`)."""
-        self._fault = (kind, error)
+        self._faults.arm(kind, error)

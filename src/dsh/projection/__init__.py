@@ -2,8 +2,8 @@
 
 Layer: projection, above `dsh.session` (the cache below also uses `dsh.persistence`). The
 `ProjectionRegistry` (`Services.projections`) is the single authority for every fold rule; units
-follow the contract in `dsh.projection.unit`; `dsh.projection.testing.check_unit` checks a unit
-against it (needs `hypothesis`).
+follow the contract in `dsh.projection.unit`; `dsh.testing.check_unit` checks a unit against it
+(needs the `pydsh[testing]` extra).
 """
 
 from dsh.projection.errors import ProjectionError

@@ -1,16 +1,22 @@
 """`Session`: one conversation's header plus its append-only, deeply immutable event log.
 
-Layer: session. A session is built only by a `SessionStore` and lives through three states:
-`prepared` (appends allowed, no notifications) → `live` (published in exactly one store) →
-`retired` (disposed or vetoed; appends refused). `append` is synchronous and never does I/O;
-durability is the persistence layer's job, driven by the store's notifications.
+Layer: session. A session is built only by a `SessionStore`. It is the one owner of its own
+lifecycle: the state (`SessionState`) changes only through the session's named transitions
+(`SessionTransition`, legal pairs in `LIFECYCLE`), and the store asks for them — it never writes
+the session's fields. `prepared` (appends allowed, no notifications) → `live` (published in
+exactly one store) → `retired` (disposed or vetoed; appends refused). A live session reaches its
+store only through the small `SessionHost` protocol defined here, so this module never imports the
+store. `append` is synchronous and never does I/O; durability is the persistence layer's job,
+driven by the store's notifications.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from enum import StrEnum
 from itertools import islice
-from typing import TYPE_CHECKING, Final, Literal, overload
+from types import MappingProxyType
+from typing import Final, Protocol, overload
 
 from dsh.json import MAX_DEPTH, FrozenDict, FrozenList, JsonValue, NotJsonError, freeze, is_safe_int
 from dsh.session.errors import SessionError
@@ -28,12 +34,67 @@ from dsh.session.events import (
 from dsh.session.header import SessionHeader, SessionId
 from dsh.session.surface import Surface, SurfacePlan, SurfaceView, derive_messages
 
-if TYPE_CHECKING:
-    from dsh.session.store import SessionStore
+__all__ = ["EventListener", "EventsView", "LIFECYCLE", "Session", "SessionHost", "SessionState", "SessionTransition"]
 
-__all__ = ["EventsView", "Session", "SessionState"]
 
-SessionState = Literal["prepared", "live", "retired"]
+class SessionState(StrEnum):
+    """Where a session is in its lifecycle; each member equals its plain string (`"live"`)."""
+
+    PREPARED = "prepared"
+    """Built but unpublished: appends are allowed and notify nobody."""
+    LIVE = "live"
+    """Published in exactly one store; appends are announced to its `event` listeners."""
+    RETIRED = "retired"
+    """Disposed, vetoed or abandoned: appends are refused and it is never publishable again."""
+
+
+class SessionTransition(StrEnum):
+    """The named lifecycle transitions. Only `Session` performs them; its store asks."""
+
+    PUBLISH = "publish"
+    """`Session.attach`: the store publishes the session."""
+    VETO = "veto"
+    """`Session.veto`: a `created` listener refused the publication."""
+    RETIRE_UNPUBLISHED = "retire_unpublished"
+    """`Session.retire_unpublished`: a prepared session is abandoned (for example a dropped resume)."""
+    DISPOSE = "dispose"
+    """`Session.request_dispose`: the session leaves its store (deferred while an append is published)."""
+
+
+LIFECYCLE: Final[Mapping[tuple[SessionState, SessionTransition], SessionState]] = MappingProxyType(
+    {
+        (SessionState.PREPARED, SessionTransition.PUBLISH): SessionState.LIVE,
+        (SessionState.PREPARED, SessionTransition.RETIRE_UNPUBLISHED): SessionState.RETIRED,
+        (SessionState.LIVE, SessionTransition.VETO): SessionState.RETIRED,
+        (SessionState.LIVE, SessionTransition.DISPOSE): SessionState.RETIRED,
+    }
+)
+"""Every legal (state, transition) pair and the state it leads to; every other pair is refused and
+changes nothing (`attach` raises, the other transitions return False)."""
+
+EventListener = Callable[["Session", SessionEvent], object]
+"""An `event` listener: called with the session and each committed event while it is live."""
+
+
+class SessionHost(Protocol):
+    """What a session asks of the store that publishes it (`SessionStore` provides one).
+
+    Defined on the session side so this module never imports the store: the store depends on the
+    session, never the other way round (docs/architecture.md#import-rules).
+    """
+
+    def admit(self, session: Session) -> None:
+        """Enter `session` into the host's registry, or raise when its id is already live there."""
+
+    def event_listeners(self) -> tuple[EventListener, ...]:
+        """A snapshot of the `event` listeners, taken before an append commits."""
+
+    def deliver_event(self, session: Session, event: SessionEvent, listeners: tuple[EventListener, ...]) -> None:
+        """Call `listeners` with a committed event, containing each listener's failure."""
+
+    def release(self, session: Session) -> None:
+        """`session` just retired while live (disposed or vetoed): drop it and announce `disposed`."""
+
 
 # Known types that need no refusal check beyond membership: everything except the constructor-only
 # marker and the types whose retired (legacy) shapes are recognised by their data.
@@ -90,15 +151,15 @@ class Session:
     __slots__ = (
         "__weakref__",
         "_clock",
-        "_dispose_requested",
+        "_dispose_pending",
         "_first_live_seq",
         "_header",
+        "_host",
         "_inherited_event_count",
         "_log",
         "_publishing",
         "_request_context",
         "_state",
-        "_store",
         "_surface",
     )
 
@@ -111,22 +172,30 @@ class Session:
         surface: Surface,
         first_live_seq: int,
         clock: Callable[[], int],
+        seal_seed: bool = False,
     ) -> None:
+        """Build a prepared session over `log` (the store validated everything first).
+
+        `seal_seed` appends the `session/end-seed` marker unless the log already ends with one: the
+        store asks for it whenever a seed or a restored log was supplied.
+        """
         self._header = header
         self._inherited_event_count = inherited_event_count
         self._first_live_seq = first_live_seq
         self._log = log
         self._surface = surface
         self._clock = clock
-        self._state: SessionState = "prepared"
-        self._store: SessionStore | None = None
-        self._publishing = False
-        self._dispose_requested = False
+        self._state = SessionState.PREPARED
+        self._host: SessionHost | None = None  # set exactly while live
+        self._publishing = False  # an append is being announced to `event` listeners
+        self._dispose_pending = False  # a dispose asked for during that announcement
         self._request_context: FrozenDict | None = None
         for event in reversed(log):
             if event.type == "request/context":
                 self._request_context = event.data  # type: ignore[assignment]
                 break
+        if seal_seed and (not log or log[-1].type != "session/end-seed"):
+            self._append_internal("session/end-seed", FrozenDict())
 
     # ---------------------------------------------------------------- read surface
     # Identity, header and cut are read-only: the cut never changes on resume (docs/glossary.md#cut).
@@ -153,7 +222,7 @@ class Session:
 
     @property
     def state(self) -> SessionState:
-        """`prepared`, `live` or `retired`."""
+        """`prepared`, `live` or `retired` (read-only: only the named transitions change it)."""
         return self._state
 
     @property
@@ -184,7 +253,98 @@ class Session:
         return self._request_context
 
     def __repr__(self) -> str:
-        return f"Session(id={self.id!r}, state={self._state!r}, seq={len(self._log)})"
+        return f"Session(id={self.id!r}, state={self._state.value!r}, seq={len(self._log)})"
+
+    # ---------------------------------------------------------------- lifecycle
+    # The transitions below are the only writers of `_state`, `_host`, `_publishing` and
+    # `_dispose_pending`. The store drives them; application code uses the store instead.
+
+    def attach(self, host: SessionHost) -> None:
+        """Publish into `host` (prepared → live); `SessionStore.publish` calls this.
+
+        The host admits the session before the state changes, so a refused admission leaves the
+        session prepared.
+
+        Raises:
+            SessionError: `SESSION_RETIRED` (retired sessions are never published again),
+                `SESSION_ALREADY_EXISTS` (already attached to a store, or the host refused the id).
+        """
+        if self._state is SessionState.RETIRED:
+            raise SessionError(
+                f'session "{self.id}" is retired and cannot be published', code="SESSION_RETIRED", session_id=self.id
+            )
+        if self._state is not SessionState.PREPARED:
+            raise SessionError(
+                f'session "{self.id}" is already attached to a store',
+                code="SESSION_ALREADY_EXISTS",
+                session_id=self.id,
+            )
+        host.admit(self)
+        self._move(SessionTransition.PUBLISH)
+        self._host = host
+
+    def veto(self) -> bool:
+        """Retire a session whose publication a `created` listener refused (live → retired).
+
+        The host releases it at once (entry rolled back, a paired `disposed` announced).
+
+        Returns:
+            True when the session was live; False otherwise (nothing changes).
+        """
+        return self._retire_live(SessionTransition.VETO)
+
+    def retire_unpublished(self) -> bool:
+        """Retire a session that was prepared but never published (for example a resume that was
+        abandoned), so later appends and publication fail instead of forking its log.
+
+        Returns:
+            True when the session was `prepared` and is now `retired`; False otherwise (a live
+            session leaves only through `SessionStore.dispose`).
+        """
+        return self._move(SessionTransition.RETIRE_UNPUBLISHED)
+
+    def request_dispose(self) -> bool:
+        """Leave the store (live → retired); `SessionStore.dispose` calls this.
+
+        While an append is being announced, the dispose waits until that publication has unwound,
+        so listeners never see a session disposed half-way through its own publication.
+
+        Returns:
+            True when the session was live and no dispose was pending; False otherwise.
+        """
+        if self._state is not SessionState.LIVE:
+            return False
+        if self._publishing:
+            if self._dispose_pending:
+                return False
+            self._dispose_pending = True
+            return True
+        return self._retire_live(SessionTransition.DISPOSE)
+
+    def _begin_publication(self) -> None:
+        self._publishing = True
+
+    def _end_publication(self) -> None:
+        self._publishing = False
+        if self._dispose_pending:
+            self._dispose_pending = False
+            self._retire_live(SessionTransition.DISPOSE)
+
+    def _retire_live(self, transition: SessionTransition) -> bool:
+        host = self._host
+        if host is None or not self._move(transition):
+            return False
+        self._host = None
+        host.release(self)
+        return True
+
+    def _move(self, transition: SessionTransition) -> bool:
+        """The one writer of `_state`: take `transition` if `LIFECYCLE` allows it from here."""
+        target = LIFECYCLE.get((self._state, transition))
+        if target is None:
+            return False
+        self._state = target
+        return True
 
     # ---------------------------------------------------------------- append
 
@@ -205,7 +365,7 @@ class Session:
             SessionError: `SESSION_RETIRED`, `INVALID_EVENT` or `APPEND_REENTRANT`.
             NotJsonError: `data` or the surface metadata is not lossless JSON; nothing is appended.
         """
-        if self._state == "retired":
+        if self._state is SessionState.RETIRED:
             raise SessionError(
                 f'session "{self.id}" is retired and accepts no appends',
                 code="SESSION_RETIRED",
@@ -254,24 +414,19 @@ class Session:
             if isinstance(checked, str):
                 raise SessionError(checked, code="INVALID_EVENT", session_id=self.id)
             plan = checked
-        store = self._store if self._state == "live" else None
-        if store is None:
+        host = self._host
+        if host is None:
             self._commit(event, plan)
             return event
         # Snapshot before the commit: a listener subscribed by another listener during this
         # publication starts with the next event, never halfway through this one.
-        listeners = store._event_listener_snapshot()
+        listeners = host.event_listeners()
         self._commit(event, plan)
-        self._publishing = True
+        self._begin_publication()
         try:
-            store._notify_event(self, event, listeners)
+            host.deliver_event(self, event, listeners)
         finally:
-            self._publishing = False
-            # A dispose asked for by a listener waits until publication has unwound, so listeners never see
-            # a session disposed half-way through its own publication.
-            if self._dispose_requested:
-                self._dispose_requested = False
-                store._dispose_now(self)
+            self._end_publication()
         return event
 
     def _commit(self, event: SessionEvent, plan: SurfacePlan | None) -> None:
@@ -280,19 +435,6 @@ class Session:
             self._surface.commit(plan)
         if event["type"] == "request/context":
             self._request_context = event["data"]  # type: ignore[assignment]
-
-    def retire_unpublished(self) -> bool:
-        """Retire a session that was prepared but never published (for example a resume that was
-        abandoned), so later appends and publication fail instead of forking its log.
-
-        Returns:
-            True when the session was `prepared` and is now `retired`; False otherwise (a live
-            session leaves only through `SessionStore.dispose`).
-        """
-        if self._state != "prepared":
-            return False
-        self._state = "retired"
-        return True
 
     def _append_internal(self, type: str, data: JsonValue) -> SessionEvent:
         """Constructor-only append (the `session/end-seed` marker); the session is unpublished."""

@@ -1,10 +1,12 @@
-"""`SessionStore`: the in-memory registry of live sessions, their lifecycle and notifications.
+"""`SessionStore`: the in-memory registry of live sessions and their notifications.
 
 Layer: session (`Services.sessions`). The store builds sessions (`prepare`, `prepare_restored`,
 `fork`), publishes them, and tells listeners about four moments: `created` (a raise vetoes the
 publication), `event` (post-commit feed, contained per listener), `flush` (the durability barrier)
-and `disposed`. Persistence, projections and caches hang off these notifications; the store itself
-does no I/O. It is not thread-safe: one store per event loop.
+and `disposed`. Each session owns its lifecycle: the store asks it to `attach`, `veto` or
+`request_dispose` and hears back through the `SessionHost` it hands over at publication.
+Persistence, projections and caches hang off these notifications; the store itself does no I/O. It
+is not thread-safe: one store per event loop.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from typing import Any
 
 import orjson
 
-from dsh.json import MAX_DEPTH, FrozenDict, NotJsonError, freeze, is_safe_int
+from dsh.json import MAX_DEPTH, NotJsonError, freeze, is_safe_int
 from dsh.session.errors import SessionError, SessionForkError
 from dsh.session.events import SessionEvent
 from dsh.session.header import HeaderInit, SessionHeader
 from dsh.session.ids import id_problem, new_session_id
-from dsh.session.session import Session
+from dsh.session.session import EventListener, Session, SessionHost
 from dsh.session.surface import Surface, SurfacePlan
 from dsh.session.validate import check_records
 
@@ -33,7 +35,6 @@ _log = logging.getLogger(__name__)
 
 Unsubscribe = Callable[[], None]
 CreatedListener = Callable[[Session], None]
-EventListener = Callable[[Session, SessionEvent], object]
 FlushListener = Callable[[Session], Awaitable[None]]
 DisposedListener = Callable[[Session], None]
 
@@ -76,6 +77,8 @@ class SessionStore:
         self._flush: list[FlushListener] = []
         self._disposed: list[DisposedListener] = []
         self._tasks: set[asyncio.Future[Any]] = set()
+        # What published sessions may ask of this store (checked structurally against `SessionHost`).
+        self._host: SessionHost = _StoreHost(self._admit, self._event, self._deliver_event, self._release)
 
     @property
     def clock(self) -> Callable[[], int]:
@@ -167,17 +170,15 @@ class SessionStore:
                 code="INVALID_SEED",
                 session_id=session_id,
             )
-        session = Session(
+        return Session(
             built,
             inherited_event_count=inherited_event_count,
             log=log,
             surface=surface,
             first_live_seq=len(log),
             clock=self._clock,
+            seal_seed=seed is not None,
         )
-        if seed is not None and (not log or log[-1].type != "session/end-seed"):
-            session._append_internal("session/end-seed", FrozenDict())
-        return session
 
     def _admit_seed(
         self, session_id: str, seed: Sequence[Mapping[str, object]] | None, *, trusted: bool
@@ -271,17 +272,15 @@ class SessionStore:
                 )
             if isinstance(plan, SurfacePlan):
                 surface.commit(plan)
-        session = Session(
+        return Session(
             header,
             inherited_event_count=inherited_event_count,
             log=events,
             surface=surface,
             first_live_seq=len(events),
             clock=self._clock,
+            seal_seed=True,
         )
-        if not events or events[-1].type != "session/end-seed":
-            session._append_internal("session/end-seed", FrozenDict())
-        return session
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -290,35 +289,19 @@ class SessionStore:
 
         A raising `created` listener vetoes: the entry is rolled back, a paired `disposed` is
         emitted, the session is retired and the listener's exception propagates.
+
+        Raises:
+            SessionError: `SESSION_STORE_CLOSED`, `SESSION_RETIRED`, `SESSION_ALREADY_EXISTS`.
         """
         self._refuse_closed()
-        if session._state == "retired":
-            raise SessionError(
-                f'session "{session.id}" is retired and cannot be published',
-                code="SESSION_RETIRED",
-                session_id=session.id,
-            )
-        if session._store is not None or session._state != "prepared":
-            raise SessionError(
-                f'session "{session.id}" is already attached to a store',
-                code="SESSION_ALREADY_EXISTS",
-                session_id=session.id,
-            )
-        if session.id in self._live:
-            raise SessionError(
-                f'session "{session.id}" already exists', code="SESSION_ALREADY_EXISTS", session_id=session.id
-            )
-        self._live[session.id] = session
-        session._store = self
-        session._state = "live"
+        session.attach(self._host)
         try:
             for fn in list(self._created):
                 fn(session)
         except BaseException:
-            if self._live.get(session.id) is session:
-                del self._live[session.id]
-            session._state = "retired"
-            self._emit_disposed(session)
+            # A listener may have disposed the session already; then it was released once and
+            # the veto has nothing left to undo.
+            session.veto()
             raise
         return session
 
@@ -348,19 +331,19 @@ class SessionStore:
         """
         if self._live.get(session.id) is not session:
             return False
-        if session._publishing:
-            if session._dispose_requested:
-                return False
-            session._dispose_requested = True
-            return True
-        self._dispose_now(session)
-        return True
+        return session.request_dispose()
 
-    def _dispose_now(self, session: Session) -> None:
-        if self._live.get(session.id) is not session:
-            return
-        del self._live[session.id]
-        session._state = "retired"
+    def _admit(self, session: Session) -> None:
+        # Checked again at publication: a stale prepared session cannot overwrite a live one.
+        if session.id in self._live:
+            raise SessionError(
+                f'session "{session.id}" already exists', code="SESSION_ALREADY_EXISTS", session_id=session.id
+            )
+        self._live[session.id] = session
+
+    def _release(self, session: Session) -> None:
+        if self._live.get(session.id) is session:
+            del self._live[session.id]
         self._emit_disposed(session)
 
     def _emit_disposed(self, session: Session) -> None:
@@ -413,10 +396,7 @@ class SessionStore:
 
     # ---------------------------------------------------------------- event feed
 
-    def _event_listener_snapshot(self) -> tuple[EventListener, ...]:
-        return tuple(self._event)
-
-    def _notify_event(self, session: Session, event: SessionEvent, listeners: tuple[EventListener, ...]) -> None:
+    def _deliver_event(self, session: Session, event: SessionEvent, listeners: tuple[EventListener, ...]) -> None:
         for fn in listeners:
             try:
                 result = fn(session, event)
@@ -486,6 +466,40 @@ class SessionStore:
             raise
         except SessionError as error:
             raise SessionForkError(error.message, code=error.code, session_id=error.session_id) from error
+
+
+class _StoreHost:
+    """The `SessionHost` a store hands to the sessions it publishes.
+
+    A separate object rather than public methods on `SessionStore`, so application code cannot
+    admit or release a session behind its lifecycle; each call goes to the store's own handler.
+    """
+
+    __slots__ = ("_admit", "_deliver", "_listeners", "_release")
+
+    def __init__(
+        self,
+        admit: Callable[[Session], None],
+        listeners: list[EventListener],
+        deliver: Callable[[Session, SessionEvent, tuple[EventListener, ...]], None],
+        release: Callable[[Session], None],
+    ) -> None:
+        self._admit = admit
+        self._listeners = listeners
+        self._deliver = deliver
+        self._release = release
+
+    def admit(self, session: Session) -> None:
+        self._admit(session)
+
+    def event_listeners(self) -> tuple[EventListener, ...]:
+        return tuple(self._listeners)
+
+    def deliver_event(self, session: Session, event: SessionEvent, listeners: tuple[EventListener, ...]) -> None:
+        self._deliver(session, event, listeners)
+
+    def release(self, session: Session) -> None:
+        self._release(session)
 
 
 def _text(value: object) -> str:

@@ -14,7 +14,13 @@ __all__ = ["SubagentDepthError", "SubagentDescriptorError", "SubagentError"]
 
 
 class SubagentError(DshError):
-    """A subagent operation or the child listing failed; `.code` is one of `codes`."""
+    """A subagent operation or the child listing failed; `.code` is one of `codes`.
+
+    Args:
+        message: Human-readable text.
+        code: The failure kind (the second positional argument, as the public signature has it).
+        cause: The underlying exception, kept as `__cause__`.
+    """
 
     codes = frozenset(
         {
@@ -50,11 +56,19 @@ class SubagentDescriptorError(DshError, ValueError):
 
 
 class SubagentDepthError(DshError):
-    """A child would exceed `max_depth` (`subagent depth <n> exceeds maxDepth <m>`)."""
+    """A child would exceed `max_depth`.
+
+    Args:
+        message: Human-readable text; when omitted, `subagent depth <n> exceeds maxDepth <m>`.
+        attempted_depth: The depth the child would have.
+        max_depth: The configured maximum delegation depth.
+    """
 
     codes = frozenset({"SUBAGENT_DEPTH_EXCEEDED"})
 
-    def __init__(self, attempted_depth: int, max_depth: int) -> None:
-        super().__init__(f"subagent depth {attempted_depth} exceeds maxDepth {max_depth}")
+    def __init__(self, message: str | None = None, *, attempted_depth: int, max_depth: int) -> None:
+        if message is None:
+            message = f"subagent depth {attempted_depth} exceeds maxDepth {max_depth}"
+        super().__init__(message)
         self.attempted_depth = attempted_depth
         self.max_depth = max_depth

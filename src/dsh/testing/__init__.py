@@ -3,9 +3,15 @@
 Importable by users who build their own backends or agents: `ManualTimer` drives write-behind
 windows and throttles without a wall clock; `FaultyBackend` injects storage faults into any
 backend; the fixture writers store exact (also damaged) logs for memory, JSONL and SQLite;
-`CountingPersistence` counts log reads per session. The pytest conformance suite lives in
-`dsh.testing.persistence` (it needs pytest, so it is not imported here).
+`CountingPersistence` counts log reads per session; `check_unit` checks a projection unit against
+its contract. The pytest conformance suite lives in `dsh.testing.persistence`.
+
+Importing this package needs only the runtime dependencies. What needs the `pydsh[testing]` extra
+(pytest, pytest-asyncio, hypothesis) is imported on first use: `check_unit` loads
+`dsh.testing.projection` when it is first accessed, and the conformance suite is its own module.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from dsh.testing.counting import CountingPersistence
 from dsh.testing.faulty import FaultyBackend, IOFaultSeam
@@ -13,6 +19,9 @@ from dsh.testing.jsonl_writer import JsonlLogWriter
 from dsh.testing.sqlite_writer import RawText, SqliteLoopGuard, SqliteStoredLogWriter
 from dsh.testing.stored_logs import ConformanceTarget, MemoryStoredLogWriter, StoredLogWriter, write_stored_log
 from dsh.testing.timer import ManualTimer
+
+if TYPE_CHECKING:
+    from dsh.testing.projection import check_unit
 
 __all__ = [
     "ConformanceTarget",
@@ -26,5 +35,15 @@ __all__ = [
     "SqliteLoopGuard",
     "SqliteStoredLogWriter",
     "StoredLogWriter",
+    "check_unit",
     "write_stored_log",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Deferred (PEP 562) so that `import dsh.testing` never imports hypothesis.
+    if name == "check_unit":
+        from dsh.testing.projection import check_unit
+
+        return check_unit
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

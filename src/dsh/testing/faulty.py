@@ -5,7 +5,11 @@ make the next append fail, fail every call until cleared, fail once a number of 
 through, hold a call at a gate until the test releases it, and count or time what reached the
 backend. Faults *inside* a backend's write (after part of a batch was written, or at its
 durability step) need the backend's cooperation: a backend that supports them offers the
-`IOFaultSeam` protocol, and the backend must still leave the batch all-or-nothing (it rolls back).
+`IOFaultSeam` protocol (the memory, JSONL and SQLite backends all do, with one shared fault hook),
+and the backend must still leave the batch all-or-nothing (it rolls back). The wrapper declares and
+implements exactly what the wrapped backend does: over a backend with `TYPED_READS` it is a
+`TypedFaultyBackend`, which also forwards `load_typed`; over any other backend it has no
+`load_typed` at all.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from dsh.persistence.base import (
     StorageBackend,
     StoredLog,
     TornMarker,
+    typed_reads_of,
 )
 from dsh.persistence.errors import PersistenceIOError
 from dsh.session.events import SessionEvent
 
-__all__ = ["HANG_GUARD_S", "AppendRecord", "FaultyBackend", "IOFaultKind", "IOFaultSeam"]
+__all__ = ["HANG_GUARD_S", "AppendRecord", "FaultyBackend", "IOFaultKind", "IOFaultSeam", "TypedFaultyBackend"]
 
 HANG_GUARD_S: Final = 30.0
 """How long a wait helper waits before failing: a guard against hangs, never a timing assertion."""
@@ -86,6 +91,10 @@ class _Gate:
 class FaultyBackend:
     """Wraps `inner`, forwarding every call, with faults, gates and counters.
 
+    Constructing one over a backend that declares `TYPED_READS` returns a `TypedFaultyBackend`
+    (which forwards `load_typed` as well), so the wrapper's capabilities and protocols always match
+    the wrapped backend's.
+
     Args:
         inner: The backend to wrap.
         clock: Read at each successful append for `appends[i].at` (e.g. `ManualTimer.now_ms`).
@@ -94,6 +103,12 @@ class FaultyBackend:
         calls: How many times each method was called (faulted calls included).
         appends: The successful `append_batch` calls, in order.
     """
+
+    def __new__(cls, inner: StorageBackend, *, clock: Callable[[], int] | None = None) -> FaultyBackend:
+        """Pick the class that matches `inner`: `TypedFaultyBackend` when it has typed reads."""
+        if cls is FaultyBackend and typed_reads_of(inner) is not None:
+            return super().__new__(TypedFaultyBackend)
+        return super().__new__(cls)
 
     def __init__(self, inner: StorageBackend, *, clock: Callable[[], int] | None = None) -> None:
         self.inner = inner
@@ -228,13 +243,6 @@ class FaultyBackend:
         await self._enter("load")
         return await self.inner.load(session_id)
 
-    async def load_typed(
-        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
-    ) -> StoredLog | None:
-        """Forward `load_typed`."""
-        await self._enter("load_typed")
-        return await self.inner.load_typed(session_id, types, from_seq, known)
-
     async def read_revision(self, session_id: str) -> Revision | None:
         """Forward `read_revision`."""
         await self._enter("read_revision")
@@ -291,3 +299,19 @@ class FaultyBackend:
     def reads(self) -> int:
         """Backend log reads so far (`load` plus `load_typed`)."""
         return self.calls["load"] + self.calls["load_typed"]
+
+
+class TypedFaultyBackend(FaultyBackend):
+    """A `FaultyBackend` over a backend with `TYPED_READS`: it also forwards (and counts) `load_typed`.
+
+    `FaultyBackend(inner)` returns one of these by itself when `inner` has typed reads.
+    """
+
+    async def load_typed(
+        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
+    ) -> StoredLog | None:
+        """Forward `load_typed`."""
+        await self._enter("load_typed")
+        typed = typed_reads_of(self.inner)
+        assert typed is not None, "a TypedFaultyBackend wraps a backend with typed reads"
+        return await typed.load_typed(session_id, types, from_seq, known)

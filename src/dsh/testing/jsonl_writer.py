@@ -19,7 +19,7 @@ from typing import Any, Literal
 import orjson
 import zstandard
 
-from dsh.persistence.jsonl_format import Compression, artifact_name, project_key
+from dsh.persistence.jsonl import Compression, artifact_name, project_key
 from dsh.session.ids import encode_segment
 from dsh.testing.stored_logs import encode_record
 

@@ -26,15 +26,7 @@ from typing import Any, Final, Self, TypeVar
 
 import orjson
 
-from dsh.persistence.sqlite_schema import (
-    INSERT_EVENT,
-    INSERT_SESSION,
-    connect,
-    ensure_safe_location,
-    header_columns,
-    prepare_store,
-    reference_schema,
-)
+from dsh.persistence.sqlite import INSERT_EVENT, INSERT_SESSION, header_columns, open_store
 
 __all__ = ["RawText", "SqliteLoopGuard", "SqliteStoredLogWriter"]
 
@@ -107,10 +99,8 @@ class SqliteStoredLogWriter:
         return await asyncio.to_thread(self._in_thread, work)
 
     def _in_thread(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        ensure_safe_location(self.path)
-        conn = connect(str(self.path), busy_timeout_ms=5000)
+        conn = open_store(self.path, busy_timeout_ms=5000)
         try:
-            prepare_store(conn, reference_schema(), location=str(self.path))
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work(conn)

@@ -1,35 +1,34 @@
 """Blocking file primitives of the JSONL backend: stable reads, revisions and durable writes.
 
-Layer: persistence (used by `dsh.persistence.jsonl` from worker threads only; nothing here may run
-on the event loop). Durability (docs/storage-format.md#durability): data is `fsync`ed, and a directory is
-`fsync`ed after an entry in it was created, linked or unlinked. New logs appear atomically through a
-private temp file that is linked into place (`os.link` fails instead of overwriting, so two
-concurrent materializations cannot both win); appends remember the previous size and truncate
-back to it on any failure, so a batch is all-or-nothing and a retry never sees a gap or a duplicate.
+Layer: persistence (private to `dsh.persistence.jsonl`; called from the backend's worker threads
+only, nothing here may run on the event loop). Durability (docs/storage-format.md#durability): data
+is `fsync`ed, and a directory is `fsync`ed after an entry in it was created, linked or unlinked. New
+logs appear atomically through a private temp file that is linked into place (`os.link` fails
+instead of overwriting, so two concurrent materializations cannot both win); appends remember the
+previous size and truncate back to it on any failure, so a batch is all-or-nothing and a retry never
+sees a gap or a duplicate.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import logging
 import os
 import secrets
 import stat
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import IO, Any, Final
 
+from dsh.persistence._faults import IOFault
 from dsh.persistence.base import Revision
 from dsh.persistence.errors import AppendConflictError, PersistenceIOError, StoreMisconfiguredError
-from dsh.persistence.jsonl_format import Compression, HeadLine, LogContext, split_head
+from dsh.persistence.jsonl._format import Compression, HeadLine, LogContext, split_head
 
 __all__ = [
     "FILE_MODE",
     "TAIL_BYTES",
-    "IOFault",
     "Opener",
     "raw_open",
     "append_durably",
@@ -47,7 +46,6 @@ __all__ = [
     "read_stable",
     "remove_stale",
     "revision_of",
-    "writer_active",
     "wrong_encoding_error",
 ]
 
@@ -69,14 +67,6 @@ _DIR_MODE: Final = 0o700
 _HEAD_CHUNK: Final = 1024
 """First read of a listing; a header frame is ~200 bytes, and longer ones double the read."""
 _STABLE_TRIES: Final = 8
-
-
-@dataclass(frozen=True, slots=True)
-class IOFault:
-    """An armed in-backend fault (`dsh.testing.IOFaultSeam`): where it strikes and what it raises."""
-
-    kind: str
-    error: BaseException
 
 
 def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
@@ -111,13 +101,11 @@ def fsync_dir(path: str) -> None:
 
 
 def _write_and_sync(fd: int, data: bytes, fault: IOFault | None) -> None:
-    """Write all of `data` and fsync; an armed test fault fails half-way (or at the fsync)."""
-    if fault is not None and fault.kind != "sync":
-        _write_all(fd, data[: len(data) // 2])
+    """Write all of `data` and fsync; an armed test fault fails half-way (or, `sync`, instead of the fsync)."""
+    if fault is not None:
+        _write_all(fd, data[: fault.staged_length(len(data))])
         raise fault.error
     _write_all(fd, data)
-    if fault is not None:
-        raise fault.error
     os.fsync(fd)
 
 
@@ -364,7 +352,7 @@ def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: st
         _write_and_sync(fd, data, fault)
     except Exception as error:
         try:
-            if fault is not None and fault.kind == "rollback":
+            if fault is not None and fault.fails_rollback:
                 raise OSError(errno.EIO, "injected rollback failure")
             os.ftruncate(fd, size)
             os.fsync(fd)
@@ -377,18 +365,3 @@ def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: st
                 f"failed to append to {path}: {error}", session_id=session_id, location=path
             ) from error
         raise
-
-
-def writer_active(lock_path: str) -> bool:
-    """Whether some process holds the writer lock at `lock_path` (probe with a non-blocking flock)."""
-    try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing drops the probe's own lock
-    return False

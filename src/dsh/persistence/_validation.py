@@ -1,10 +1,10 @@
 """The read validation pipeline: from a backend's `StoredLog` to a validated log.
 
-Layer: persistence. Every `load` result crosses this pipeline once, above the backends, so each
-rule is written once and reuses the session layer's own checks: the stored header
-(`SessionHeader.from_stored`, version first), identity, the format refusals over the *whole* log
-(unknown non-ignorable types, retired vocabulary, integers outside signed 64 bits), then the
-per-event rules (`check_records`: envelope, `seq == i`, data shapes, surface fold), the cut, and
+Layer: persistence (private to the coordinator). Every `load` result crosses this pipeline once,
+above the backends, so each rule is written once and reuses the session layer's own checks: the
+stored header (`SessionHeader.from_stored`, version first), identity, the format refusals over the
+*whole* log (unknown non-ignorable types, retired vocabulary, integers outside signed 64 bits), then
+the per-event rules (`check_records`: envelope, `seq == i`, data shapes, surface fold), the cut, and
 finally the crash-repair closers. The three verdicts are never confused: an intact log this build
 cannot interpret is format-unsupported, never corrupt.
 

@@ -1,10 +1,11 @@
 """The prepared-observation LRU and the `PreparedSession` handle (docs/glossary.md#prepared-session).
 
-Layer: persistence. Cold reads leave their validated, lazily frozen log in a small LRU so that the
-common `inspect` → `prepare` sequence costs one backend load plus one revision read. Only *ready*
-entries live in the LRU and count toward its capacity; a preparation in progress or a reserved
-(prepared, unpublished) session is a `Reservation`, kept apart, which vetoes a fresh publication of
-the same id. Retained memory is therefore bounded by `capacity` cold logs per coordinator.
+Layer: persistence (private to the coordinator). Cold reads leave their validated, lazily frozen log
+in a small LRU so that the common `inspect` → `prepare` sequence costs one backend load plus one
+revision read. Only *ready* entries live in the LRU and count toward its capacity; a preparation in
+progress or a reserved (prepared, unpublished) session is a `Reservation`, kept apart, which vetoes
+a fresh publication of the same id. Retained memory is therefore bounded by `capacity` cold logs per
+coordinator.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from dsh.persistence._validation import ValidatedLog
 from dsh.persistence.base import Fence, PersistenceObservation
-from dsh.persistence.pipeline import ValidatedLog
 
 if TYPE_CHECKING:
     from dsh.session.session import Session

@@ -1,7 +1,8 @@
 """Write-behind for one live session, per-id FIFO locks, and shielded mutations.
 
-Layer: persistence. A `SessionWriter` buffers the events of one live session and hands batches to
-the coordinator's *sink*, which performs the backend append under the id lock. Rules:
+Layer: persistence (private to the coordinator). A `SessionWriter` buffers the events of one live
+session and hands batches to the coordinator's *sink*, which performs the backend append under the
+id lock. Rules:
 
 * **Fixed, non-sliding window**: the first pending event arms the injected timer; later events do
   not extend it (bounded coalescing, not debounce). At expiry the whole pending prefix becomes one
@@ -31,15 +32,15 @@ if TYPE_CHECKING:
     from dsh.session.session import Session
     from dsh.timer import Timer, TimerHandle
 
-__all__ = ["KeyedLocks", "SessionWriter", "run_shielded"]
+__all__ = ["KeyedLocks", "SessionWriter", "retrieve", "run_shielded"]
 
 _log = logging.getLogger("dsh.persistence")
 
 T = TypeVar("T")
 
 
-def _retrieve(task: asyncio.Future[Any]) -> None:
-    """Mark a background task's outcome as seen (its failure is reported elsewhere)."""
+def retrieve(task: asyncio.Future[Any]) -> None:
+    """Mark a background task's outcome as seen (its failure is reported to its awaiters or logged)."""
     if not task.cancelled():
         task.exception()
 
@@ -52,7 +53,7 @@ async def run_shielded(coro: Coroutine[Any, Any, T]) -> T:
     `CancelledError`; the step finishes on its own and does its own bookkeeping.
     """
     task = asyncio.ensure_future(coro)
-    task.add_done_callback(_retrieve)
+    task.add_done_callback(retrieve)
     return await asyncio.shield(task)
 
 
@@ -185,7 +186,7 @@ class SessionWriter:
         except RuntimeError:
             return
         self._init_task = loop.create_task(self._init(self), name=f"dsh-init-{self.session_id}")
-        self._init_task.add_done_callback(_retrieve)
+        self._init_task.add_done_callback(retrieve)
 
     # ---------------------------------------------------------------- admission
 
@@ -275,7 +276,7 @@ class SessionWriter:
         if self._init_error is None and self._init is not None:
             if self._init_task is None:
                 self._init_task = asyncio.ensure_future(self._init(self))
-                self._init_task.add_done_callback(_retrieve)
+                self._init_task.add_done_callback(retrieve)
             try:
                 await asyncio.shield(self._init_task)
             except asyncio.CancelledError:

@@ -1,11 +1,12 @@
 """One writer per session for file-based stores: an exclusive `flock` per session id.
 
-Layer: persistence. The JSONL and SQLite backends take `<root or db path>.locks/<escaped id>.lock`
-with a non-blocking exclusive `fcntl.flock` when a session first materializes or is prepared, hold
-it while the session is live, and release it at retirement. The kernel drops the lock when the
-process dies, so a crashed writer never blocks a restart. Lock files are never unlinked: removing
-one while another process has it open would let two processes lock two different inodes.
-Readers never lock. Calls block briefly (open + flock) and are made from worker threads.
+Layer: persistence (private; shared by the JSONL and SQLite backends). Both take
+`<root or db path>.locks/<escaped id>.lock` with a non-blocking exclusive `fcntl.flock` when a
+session first materializes or is prepared, hold it while the session is live, and release it at
+retirement. The kernel drops the lock when the process dies, so a crashed writer never blocks a
+restart. Lock files are never unlinked: removing one while another process has it open would let
+two processes lock two different inodes. Readers never lock. Calls block briefly (open + flock)
+and are made from worker threads. See docs/storage-format.md#writer-locks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from dsh.persistence.errors import LeaseHeldError, PersistenceIOError
 from dsh.session.ids import encode_segment
 
-__all__ = ["WriterLocks"]
+__all__ = ["WriterLocks", "writer_active"]
 
 
 class WriterLocks:
@@ -106,3 +107,18 @@ def _read_holder(fd: int) -> str | None:
     except OSError:
         return None
     return text or None
+
+
+def writer_active(lock_path: str) -> bool:
+    """Whether some process holds the writer lock at `lock_path` (probe with a non-blocking flock)."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own lock
+    return False

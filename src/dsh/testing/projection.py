@@ -1,9 +1,9 @@
 """`check_unit`: a property check that a projection unit keeps docs/projections.md#unit-contract.
 
-Layer: projection, test support shipped with the library (it needs `hypothesis`, a development
-dependency). Call it from an ordinary test, never from inside another `@given` test. It folds the
-given events plus hypothesis-fuzzed logs (random and malformed payloads of known and foreign
-types) and asserts, for every log:
+Layer: testing, shipped with the library. It needs `hypothesis` (the `pydsh[testing]` extra);
+`dsh.testing` imports this module only when `check_unit` is first used. Call it from an ordinary
+test, never from inside another `@given` test. It folds the given events plus hypothesis-fuzzed
+logs (random and malformed payloads of known and foreign types) and asserts, for every log:
 
 * `init()` returns a plain JSON object, equal on every call;
 * `apply` never raises, never returns an awaitable, always returns a plain JSON object, never

@@ -1,12 +1,13 @@
 """The JSONL session-log codec: path layout, record encoding, zstd framing and the read rules.
 
-Layer: persistence (pure; used by `dsh.persistence.jsonl` and by the JSONL fixture writer). Nothing
-here opens a file: every function works on the bytes or values it is handed, so the same rules serve
-the backend's worker threads, the listing and the tests. Boundaries of zstd frames come from
-`zstandard` itself (a fresh `decompressobj` per frame reports where its frame ends and verifies the
-content checksum), never from a hand-written byte scanner. The line scanner implements the torn-tail
-rule (docs/storage-format.md#torn-tails-and-repair): the log is valid up to its first defect, and
-the defect plus everything after it is a removable torn tail only if no later record carries a
+Layer: persistence (private to `dsh.persistence.jsonl`, which re-exports the layout and encoding
+functions fixture writers and tools need). Pure: nothing here opens a file; every function works on
+the bytes or values it is handed, so the same rules serve the backend's worker threads, the listing
+and the tests. Boundaries of zstd frames come from `zstandard` itself (a fresh `decompressobj` per
+frame reports where its frame ends and verifies the content checksum), never from a hand-written
+byte scanner. The line scanner implements the torn-tail rule
+(docs/storage-format.md#torn-tails-and-repair): the log is valid up to its first defect, and the
+defect plus everything after it is a removable torn tail only if no later record carries a
 `turn/end`.
 
 Hot path: a full read is dominated by `orjson.loads` per line, so the scanner accepts a line with two

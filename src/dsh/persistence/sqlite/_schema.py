@@ -1,10 +1,11 @@
 """The SQLite session store's schema, connection set-up, open checks, event queries and row codecs.
 
-Layer: persistence (helpers of `dsh.persistence.sqlite`, shared with the SQLite fixture writer in
-`dsh.testing.sqlite_writer`). Everything here is synchronous and blocking: callers run it on a
-worker thread, never on the event loop. The schema is docs/storage-format.md#sqlite-schema: a database is this
-store only when its application id, user version and schema objects all match; anything else is
-refused as `STORE_FORMAT_UNSUPPORTED`, so an upstream or foreign database is never written to.
+Layer: persistence (private to `dsh.persistence.sqlite`, which re-exports what the SQLite fixture
+writer in `dsh.testing.sqlite_writer` and tools need). Everything here is synchronous and blocking:
+callers run it on a worker thread, never on the event loop. The schema is
+docs/storage-format.md#sqlite-schema: a database is this store only when its application id, user
+version and schema objects all match; anything else is refused as `STORE_FORMAT_UNSUPPORTED`, so an
+upstream or foreign database is never written to.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "first_unknown_type",
     "header_columns",
     "header_record",
+    "open_store",
     "prepare_store",
     "reference_schema",
     "typed_rows",
@@ -243,6 +245,26 @@ def _check_existing(
             "from the schema this build expects",
             location=location,
         )
+
+
+def open_store(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A configured writing connection to the store at `path`, initialised or verified as `open` does.
+
+    The location is checked (and created) like the backend's, then the store is initialised when
+    pristine or verified otherwise. Blocking: call it on the thread that will own the connection.
+
+    Raises:
+        StoreMisconfiguredError: An unsafe location or no WAL support.
+        StoreFormatUnsupportedError: A foreign or unknown database.
+    """
+    ensure_safe_location(path)
+    conn = connect(str(path), busy_timeout_ms=busy_timeout_ms)
+    try:
+        prepare_store(conn, reference_schema(), location=str(path))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def ensure_safe_location(path: Path) -> None:

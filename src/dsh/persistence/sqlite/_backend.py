@@ -1,10 +1,11 @@
 """The embedded SQLite storage backend (`SqliteBackend`).
 
-Layer: persistence. Opt-in (`DSH_DATABASE_URL=sqlite:///<path>`). One database file holds every
-session: a `sessions` row per materialized session (the stored header facts plus the incarnation,
-revision counter and next seq) and one `events` row per event, with the type and parent indexes
-that make typed reads and child listings cheap. The schema and the open checks live in
-`dsh.persistence.sqlite_schema`.
+Layer: persistence (private to `dsh.persistence.sqlite`). Opt-in
+(`DSH_DATABASE_URL=sqlite:///<path>`). One database file holds every session: a `sessions` row per
+materialized session (the stored header facts plus the incarnation, revision counter and next seq)
+and one `events` row per event, with the type and parent indexes that make typed reads and child
+listings cheap. The schema, the connection set-up, the open checks and the row codecs live in
+`_schema`.
 
 Threads (docs/architecture.md#threads-and-the-event-loop): `sqlite3` blocks, so no call ever runs
 on the event loop. One writer connection lives on a dedicated single-thread executor, which also
@@ -28,6 +29,8 @@ from typing import Any, Final, Literal, Self, TypeVar
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
+from dsh.persistence._faults import IOFault, IOFaultSlot
+from dsh.persistence._locks import WriterLocks
 from dsh.persistence.base import Capability, DamagedSession, Fence, Revision, StoredLog, TornMarker
 from dsh.persistence.errors import (
     AppendConflictError,
@@ -35,8 +38,7 @@ from dsh.persistence.errors import (
     PersistenceIOError,
     SessionAlreadyExistsError,
 )
-from dsh.persistence.locks import WriterLocks
-from dsh.persistence.sqlite_schema import (
+from dsh.persistence.sqlite._schema import (
     ALL_EVENTS,
     INSERT_EVENT,
     INSERT_SESSION,
@@ -148,7 +150,7 @@ class SqliteBackend:
         self._store_id = ""
         self._writer: _Lane | None = None
         self._readers: list[_Lane] = []
-        self._fault: tuple[str, BaseException] | None = None
+        self._faults = IOFaultSlot()
         self._opening = asyncio.Lock()
 
     # ----------------------------------------------------------------------------------------------
@@ -401,7 +403,7 @@ class SqliteBackend:
         session_id = str(header["id"])
         writer, _ = self._lanes()
         batch = tuple(events)
-        fault, self._fault = self._fault, None
+        fault = self._faults.take()
         return await self._translate(
             writer.run(
                 lambda conn: self._append(
@@ -420,7 +422,7 @@ class SqliteBackend:
         header: Mapping[str, Any],
         events: Sequence[SessionEvent],
         materialized: bool,
-        fault: tuple[str, BaseException] | None,
+        fault: IOFault | None,
     ) -> Revision:
         # Encode before taking the write lock: the lock is held only for the database work.
         rows = [event_row(session_id, event) for event in events]
@@ -477,9 +479,8 @@ class SqliteBackend:
             else:
                 # Test seam: fail after staging part (or, at the commit step, all) of the batch;
                 # the rollback below undoes it, exactly as for a real driver failure.
-                kind, error = fault
-                conn.executemany(INSERT_EVENT, rows if kind == "sync" else rows[: len(rows) // 2])
-                raise error
+                conn.executemany(INSERT_EVENT, rows[: fault.staged_length(len(rows))])
+                raise fault.error
             # With synchronous=FULL the WAL is fsynced before COMMIT returns: durable on return.
             conn.execute("COMMIT")
         except BaseException:
@@ -526,7 +527,7 @@ class SqliteBackend:
         both roll back. A rollback cannot be made to fail here, so `rollback` acts as
         `partial-write`.
         """
-        self._fault = (kind, error)
+        self._faults.arm(kind, error)
 
     # ----------------------------------------------------------------------------------------------
     # Diagnostics

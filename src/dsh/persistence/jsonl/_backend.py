@@ -1,11 +1,12 @@
 """The JSONL storage backend (the default): one append-only file per session, zstd frames or plain lines.
 
-Layer: persistence. `JsonlBackend` implements the `StorageBackend` hooks over a directory tree
-(docs/storage-format.md#jsonl-layout): `<root>/<project key>/<encoded id>/session.jsonl.zstd` (or
-`session.jsonl`). The pure codec (layout, encoding, framing, the scanner and its torn/corruption
-rules) lives in `dsh.persistence.jsonl_format`; this module owns the files: stable reads, durable
-materialization (temp file + `fsync` + `os.link`), appends with rollback, repairs, the listing walk,
-the writer locks and the detectors. Every blocking call (file I/O, zstd, scanning) runs in a worker
+Layer: persistence (private to `dsh.persistence.jsonl`). `JsonlBackend` implements the
+`StorageBackend` hooks over a directory tree (docs/storage-format.md#jsonl-layout):
+`<root>/<project key>/<encoded id>/session.jsonl.zstd` (or `session.jsonl`). The pure codec
+(layout, encoding, framing, the scanner and its torn/corruption rules) lives in `_format`, the
+blocking file primitives in `_files`; this module owns the backend: stable reads, durable
+materialization (temp file + `fsync` + `os.link`), appends with rollback, repairs, the listing
+walk, the writer locks and the detectors. Every blocking call (file I/O, zstd, scanning) runs in a worker
 thread through `asyncio.to_thread`; the backend keeps no state that a restart would need, only an
 `id -> path` cache and the next seq after its own writes, both verified on use.
 """
@@ -26,6 +27,8 @@ import zstandard
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict, adopt
+from dsh.persistence._faults import IOFaultSlot
+from dsh.persistence._locks import WriterLocks, writer_active
 from dsh.persistence.base import Capability, DamagedSession, Fence, Revision, StoredLog, TornMarker
 from dsh.persistence.errors import (
     AppendConflictError,
@@ -37,9 +40,8 @@ from dsh.persistence.errors import (
     SessionNotFoundError,
     SessionPersistenceError,
 )
-from dsh.persistence.jsonl_files import (
+from dsh.persistence.jsonl._files import (
     TAIL_BYTES,
-    IOFault,
     Opener,
     append_durably,
     check_contiguous,
@@ -57,10 +59,9 @@ from dsh.persistence.jsonl_files import (
     read_stable,
     remove_stale,
     revision_of,
-    writer_active,
     wrong_encoding_error,
 )
-from dsh.persistence.jsonl_format import (
+from dsh.persistence.jsonl._format import (
     Compression,
     LogContext,
     artifact_name,
@@ -73,12 +74,10 @@ from dsh.persistence.jsonl_format import (
     scan_events,
     split_head,
 )
-from dsh.persistence.locks import WriterLocks
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.ids import encode_segment
-from dsh.session.stored import LineRecords
 
-__all__ = ["JsonlBackend", "Opener"]
+__all__ = ["JsonlBackend"]
 
 
 T = TypeVar("T")
@@ -113,7 +112,11 @@ def _bounded_put(cache: OrderedDict[str, V], key: str, value: V) -> None:
 
 
 class JsonlBackend:
-    """JSONL session logs under one root directory.
+    """JSONL session logs under one root directory; declares `ARTIFACT_PATHS` only.
+
+    Without `TYPED_READS` it has no `load_typed`: a log is one file read whole, so the coordinator
+    answers a typed `read_events` with a full `load` and filters it. It offers the
+    `dsh.testing.IOFaultSeam` (`arm_io_fault`).
 
     Args:
         root: The store directory (default in the runtime: `$DSH_HOME/sessions`); made absolute once.
@@ -158,7 +161,7 @@ class JsonlBackend:
         self._paths: OrderedDict[str, str] = OrderedDict()
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
         self._local = threading.local()
-        self._fault: IOFault | None = None
+        self._faults = IOFaultSlot()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -330,35 +333,6 @@ class JsonlBackend:
         )
         return log, tail
 
-    async def load_typed(
-        self, session_id: str, types: frozenset[str] | None, from_seq: int, known: frozenset[str]
-    ) -> StoredLog | None:
-        """A typed read by full decode and filter (JSONL does not declare `TYPED_READS`)."""
-        log = await self.load(session_id)
-        if log is None:
-            return None
-        records = log.events
-        kinds = records.types if isinstance(records, LineRecords) else [record.get("type") for record in records]
-        first_unknown: tuple[str, int] | None = None
-        for index, kind in enumerate(kinds):
-            if type(kind) is str and kind not in known and records[index].get("ignorable") is not True:
-                first_unknown = (kind, records[index].get("seq", index))
-                break
-        picked = [i for i in range(from_seq, len(records)) if types is None or kinds[i] in types]
-        selected: list[dict[str, Any]] = [records[i] for i in picked]
-        oversized = log.oversized_int_at
-        moved = picked.index(oversized) if oversized is not None and oversized in picked else None
-        return StoredLog(
-            header=log.header,
-            events=selected,
-            revision=log.revision,
-            torn=log.torn,
-            first_unknown=first_unknown,
-            oversized_int_at=moved,
-            location=log.location,
-            next_seq=len(log.events),
-        )
-
     # ---------------------------------------------------------------- listing
 
     async def list_headers(
@@ -446,13 +420,7 @@ class JsonlBackend:
         `rollback` writes half and makes the rollback fail too. The batch is rolled back before
         `error` is raised (except for `rollback`, which reports the failed rollback).
         """
-        with self._mutex:
-            self._fault = IOFault(kind, error)
-
-    def _take_fault(self) -> IOFault | None:
-        with self._mutex:
-            fault, self._fault = self._fault, None
-        return fault
+        self._faults.arm(kind, error)
 
     def _remember(self, path: str, tail: _Tail) -> None:
         with self._mutex:
@@ -493,7 +461,7 @@ class JsonlBackend:
         data = self._frame(encode_header(header)) + (self._frame(body) if body else b"")
         ensure_dir(directory)
         try:
-            st = link_new_file(path, data, self._take_fault())
+            st = link_new_file(path, data, self._faults.take())
         except FileExistsError as error:
             raise SessionAlreadyExistsError(
                 f'refusing to materialize "{session_id}": a log already exists on disk (load/resume it instead)',
@@ -549,7 +517,7 @@ class JsonlBackend:
         """Append one encoded batch at `at = (size, next_seq)`, all or nothing, and remember the new tail."""
         size, next_seq = at
         append_durably(
-            fd, self._frame(encode_batch(records)), size, path=path, session_id=session_id, fault=self._take_fault()
+            fd, self._frame(encode_batch(records)), size, path=path, session_id=session_id, fault=self._faults.take()
         )
         revision, _ = fd_revision(fd)
         self._remember(path, _Tail(revision, next_seq + len(records), None))

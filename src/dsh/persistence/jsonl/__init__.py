@@ -1,0 +1,37 @@
+"""The JSONL storage backend (the default) and the public part of its on-disk codec.
+
+Layer: persistence. `JsonlBackend` stores one append-only file per session, zstd frames or plain
+lines (docs/storage-format.md#jsonl-layout). Its modules are private: `_backend` (the backend),
+`_files` (blocking file primitives: stable reads, revisions, durable writes) and `_format` (the
+pure codec: layout, encoding, the scanner and its torn-tail rules). The names re-exported here are
+the documented surface for fixture writers, benchmarks and tools that lay out or encode logs
+exactly as the backend does:
+
+* `Compression` (`"zstd"` or `"none"`) and `Opener` (the read hook `JsonlBackend` accepts);
+* `artifact_name(compression)`, `project_key(cwd)` and `relative_path(id, cwd, compression)`:
+  where a session's log lives under the root;
+* `encode_header(record)` and `encode_batch(records)`: the plaintext of the header record and of
+  one batch (one line per record), before zstd framing.
+"""
+
+from dsh.persistence.jsonl._backend import JsonlBackend
+from dsh.persistence.jsonl._files import Opener
+from dsh.persistence.jsonl._format import (
+    Compression,
+    artifact_name,
+    encode_batch,
+    encode_header,
+    project_key,
+    relative_path,
+)
+
+__all__ = [
+    "Compression",
+    "JsonlBackend",
+    "Opener",
+    "artifact_name",
+    "encode_batch",
+    "encode_header",
+    "project_key",
+    "relative_path",
+]

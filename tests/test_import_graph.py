@@ -1,0 +1,172 @@
+"""The module import graph of `dsh` has no cycle, except through the `dsh.services` hub.
+
+Every import counts: module level, inside `if TYPE_CHECKING:` blocks and inside functions. The one
+allowed hub is `dsh.services`, which names the services it holds for typing only
+(docs/architecture.md#import-rules).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+_SOURCE = Path(__file__).resolve().parents[1] / "src"
+_HUB = "dsh.services"
+
+
+def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
+    """Dotted module name → (file, is a package `__init__`) for every module under `root/package`."""
+    found: dict[str, tuple[Path, bool]] = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        found[".".join(parts)] = (path, is_package)
+    return found
+
+
+def _resolve(name: str, modules: Mapping[str, object]) -> str | None:
+    """The module an imported dotted name lands in: the longest prefix that is a module of ours."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[str]:
+    """Every dotted name one import statement may bind (`from a import b` may be module `a.b`)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield alias.name
+        return
+    base = node.module or ""
+    if node.level:
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = package[: len(package) - (node.level - 1)]
+        base = ".".join([*anchor, *([node.module] if node.module else [])])
+    for alias in node.names:
+        yield f"{base}.{alias.name}"
+        yield base
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module → the modules of `package` it imports anywhere in its source (type-only and local too)."""
+    modules = _modules(root, package)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            for dotted in _imported(node, name, is_package):
+                target = dotted if dotted in modules else _resolve(dotted, modules)
+                if target is not None and target != name:
+                    graph[name].add(target)
+                    break  # the first candidate is the most specific one
+    return graph
+
+
+def cycles(graph: Mapping[str, set[str]], *, skip: str | None = None) -> list[list[str]]:
+    """One cycle path (first node repeated at the end) per strongly connected part, ignoring `skip`."""
+    nodes = sorted(node for node in graph if node != skip)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    parts: list[list[str]] = []
+
+    def connect(node: str) -> None:  # Tarjan's algorithm; the graph is a few hundred nodes deep at most
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt == skip:
+                continue
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                parts.append(part)
+
+    for node in nodes:
+        if node not in index:
+            connect(node)
+    return [_path_within(graph, set(part)) for part in parts]
+
+
+def _path_within(graph: Mapping[str, set[str]], part: set[str]) -> list[str]:
+    """A concrete cycle through the strongly connected `part`, found by breadth-first search."""
+    start = min(part)
+    previous: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for nxt in sorted(graph[node] & part):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(previous[path[-1]])
+                    return [*reversed(path), start]
+                if nxt not in previous:
+                    previous[nxt] = node
+                    following.append(nxt)
+        frontier = following
+    raise AssertionError(f"no cycle found in {sorted(part)}")
+
+
+def test_no_import_cycle_outside_the_services_hub() -> None:
+    """No chain of imports leads from a `dsh` module back to itself unless it passes through `dsh.services`."""
+    graph = import_graph(_SOURCE, "dsh")
+    assert _HUB in graph
+    found = [" -> ".join(path) for path in cycles(graph, skip=_HUB)]
+    assert found == [], "import cycles:\n" + "\n".join(found)
+
+
+def test_services_imports_the_layers_for_typing_only() -> None:
+    """`dsh.services` imports other `dsh` modules only inside `if TYPE_CHECKING:`, so at run time it is a leaf."""
+    path = _SOURCE / "dsh" / "services.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            typing_only |= {id(inner) for inner in ast.walk(node)}
+    at_run_time = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dsh") and id(node) not in typing_only
+    ]
+    assert at_run_time == []
+
+
+def test_the_checker_sees_type_only_and_local_imports(tmp_path: Path) -> None:
+    """The graph includes `TYPE_CHECKING`, function-level and relative imports, and reports the cycle path."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n")
+    (package / "b.py").write_text("def f():\n    from . import c\n")
+    (package / "c.py").write_text("import pkg.a\n")
+    (package / "hub.py").write_text("from pkg import a\n")
+    (package / "d.py").write_text("from pkg.hub import X\n")
+    (package / "hub2.py").write_text("from pkg.d import Y\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.a"] == {"pkg.b"}
+    assert graph["pkg.b"] == {"pkg.c"}
+    assert graph["pkg.c"] == {"pkg.a"}
+    assert graph["pkg.hub"] == {"pkg.a"}
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+    (package / "hub.py").write_text("from pkg.d import Y\n")
+    graph = import_graph(tmp_path, "pkg")
+    assert sorted(map(tuple, cycles(graph))) == [("pkg.a", "pkg.b", "pkg.c", "pkg.a"), ("pkg.d", "pkg.hub", "pkg.d")]
+    assert cycles(graph, skip="pkg.hub") == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
