@@ -7,11 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from dsh.config import (
     DEFAULT_COLD_READ_CONCURRENCY,
+    DEFAULT_MODEL,
+    DEFAULT_MODEL_BASE_URL,
     CacheConfig,
     Config,
+    ModelConfig,
     PersistenceConfig,
     ServerConfig,
     SubagentConfig,
@@ -152,6 +156,113 @@ def test_python_values_win_over_the_environment(monkeypatch: pytest.MonkeyPatch,
 )
 def test_invalid_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     """An unparsable or out-of-range environment value is CONFIG_INVALID naming the variable."""
+    monkeypatch.setenv(name, value)
+    error = _invalid(Config)
+    assert name in error.message
+
+
+# ---------------------------------------------------------------- the model section
+
+
+@pytest.fixture
+def _no_deepseek_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The model-section tests also start without DEEPSEEK_API_KEY."""
+    monkeypatch.delenv("DEEPSEEK_API_KEY", raising=False)
+
+
+@pytest.mark.usefixtures("_no_deepseek_key")
+def test_model_section_defaults() -> None:
+    """The model section defaults to DeepSeek's endpoint and model, no key, 120 s, 2 retries, no token limit."""
+    model = Config().model
+    assert model == ModelConfig()
+    assert (model.base_url, model.model) == (DEFAULT_MODEL_BASE_URL, DEFAULT_MODEL)
+    assert (model.base_url, model.model) == ("https://api.deepseek.com", "deepseek-chat")
+    assert model.api_key is None
+    assert model.deepseek_api_key is None
+    assert model.provider is None
+    assert (model.timeout_s, model.max_retries, model.max_tokens) == (120.0, 2, None)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"timeout_s": True},
+        {"timeout_s": "5"},
+        {"timeout_s": 0},
+        {"max_retries": 2.0},
+        {"max_retries": "2"},
+        {"max_retries": -1},
+        {"max_tokens": 0},
+        {"max_tokens": False},
+        {"api_key": 5},
+        {"base_url": None},
+        {"model": ["deepseek-chat"]},
+        {"unknown": 1},
+    ],
+)
+def test_model_section_is_strict_for_python_values(values: dict[str, Any]) -> None:
+    """Mistyped or out-of-range model values given in Python are refused with CONFIG_INVALID."""
+    _invalid(ModelConfig, **values)
+    _invalid(Config, model=values)
+
+
+def test_model_section_accepts_well_typed_python_values() -> None:
+    """A str key becomes a SecretStr (masked in repr); an int timeout is taken as seconds."""
+    model = ModelConfig(api_key="sk-python-value", timeout_s=30, max_tokens=512, provider="gw")
+    assert isinstance(model.api_key, SecretStr)
+    assert model.api_key.get_secret_value() == "sk-python-value"
+    assert "sk-python-value" not in repr(model)
+    assert (model.timeout_s, model.max_tokens, model.provider) == (30, 512, "gw")
+
+
+@pytest.mark.usefixtures("_no_deepseek_key")
+def test_model_flat_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DSH_MODEL names the model (not JSON for the section); the other flat names and DEEPSEEK_API_KEY are parsed."""
+    monkeypatch.setenv("DSH_MODEL", "deepseek-reasoner")
+    monkeypatch.setenv("DSH_MODEL_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("DSH_MODEL_API_KEY", "sk-flat")
+    monkeypatch.setenv("DSH_MODEL_PROVIDER", "local")
+    monkeypatch.setenv("DSH_MODEL_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("DSH_MODEL_MAX_RETRIES", "0")
+    monkeypatch.setenv("DSH_MODEL_MAX_TOKENS", "100")
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek")
+    model = Config().model
+    assert (model.model, model.base_url, model.provider) == ("deepseek-reasoner", "http://127.0.0.1:9/v1", "local")
+    assert model.api_key is not None
+    assert model.api_key.get_secret_value() == "sk-flat"
+    assert model.deepseek_api_key is not None
+    assert model.deepseek_api_key.get_secret_value() == "sk-deepseek"
+    assert (model.timeout_s, model.max_retries, model.max_tokens) == (2.5, 0, 100)
+    assert type(model.max_retries) is int
+
+
+@pytest.mark.usefixtures("_no_deepseek_key")
+def test_model_nested_environment_names_win_over_flat_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DSH_MODEL__<FIELD> is read like every section and beats the flat name; an empty flat name is unset."""
+    monkeypatch.setenv("DSH_MODEL__MAX_TOKENS", "64")
+    monkeypatch.setenv("DSH_MODEL_MAX_TOKENS", "128")
+    monkeypatch.setenv("DSH_MODEL__API_KEY", "sk-nested")
+    monkeypatch.setenv("DSH_MODEL", "")
+    model = Config().model
+    assert model.max_tokens == 64
+    assert model.api_key is not None
+    assert model.api_key.get_secret_value() == "sk-nested"
+    assert model.model == "deepseek-chat"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DSH_MODEL_TIMEOUT_S", "soon"),
+        ("DSH_MODEL_TIMEOUT_S", "0"),
+        ("DSH_MODEL_MAX_RETRIES", "-1"),
+        ("DSH_MODEL_MAX_RETRIES", "1.5"),
+        ("DSH_MODEL_MAX_TOKENS", "0"),
+        ("DSH_MODEL__TIMEOUT_S", "x"),
+    ],
+)
+def test_invalid_model_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    """An unparsable or out-of-range model variable is CONFIG_INVALID naming the variable."""
     monkeypatch.setenv(name, value)
     error = _invalid(Config)
     assert name in error.message

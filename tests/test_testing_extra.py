@@ -1,4 +1,4 @@
-"""`dsh.testing` and `dsh demo` work without the `pydsh[testing]` extra (pytest, pytest-asyncio, hypothesis).
+"""`dsh.testing` and `dsh demo` work without the `pydsh[testing]` extra (test tools, the fake server stack).
 
 Each check runs a fresh interpreter whose import system refuses those packages, the way an install
 without the extra behaves, and the `testing` extra declares exactly what the blocked modules need.
@@ -19,7 +19,7 @@ _BLOCKER = """
 import sys
 
 class _WithoutTheTestingExtra:
-    blocked = {"pytest", "_pytest", "pytest_asyncio", "hypothesis"}
+    blocked = {"pytest", "_pytest", "pytest_asyncio", "hypothesis", "fastapi", "uvicorn"}
 
     def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in self.blocked:
@@ -86,11 +86,11 @@ def test_dsh_demo_runs_without_the_extra(tmp_path: Path) -> None:
 
 
 def test_testing_extra_declares_what_dsh_testing_needs() -> None:
-    """The `testing` extra holds pytest, pytest-asyncio and hypothesis, and the `dev` extra includes it."""
+    """The `testing` extra holds the test tools and the fake model server's web stack; `dev` includes it."""
     project = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
     names = {requirement.split(">", 1)[0].split("=", 1)[0].strip() for requirement in extras["testing"]}
-    assert names == {"pytest", "pytest-asyncio", "hypothesis"}
-    assert f"{project['name']}[testing]" in extras["dev"]
-    runtime = " ".join(project["dependencies"])
-    assert not any(name in runtime for name in names)
+    assert names == {"pytest", "pytest-asyncio", "hypothesis", "fastapi", "uvicorn", "httpx"}
+    assert any(entry.startswith(f"{project['name']}[") and "testing" in entry for entry in extras["dev"])
+    runtime = {requirement.split(">", 1)[0].split("=", 1)[0].strip() for requirement in project["dependencies"]}
+    assert not (runtime & (names - {"httpx"}))

@@ -4,8 +4,9 @@ Layer: base (an edge: pydantic lives only here and in the HTTP models). Python k
 strict — a `bool`, a float or the string `"4"` for an int field is refused with `ConfigError`
 (`CONFIG_INVALID`) — while environment values are strings and are parsed. Environment names use the
 prefix `DSH_` and `__` between a section and its field (`DSH_SUBAGENT__COLD_READ_CONCURRENCY=8`);
-the settings people type most also have flat names (`DSH_HOME`, `DSH_DATABASE_URL`), mapped
-explicitly by a small settings source rather than by pydantic-settings' JSON guessing.
+the settings people type most also have flat names (`DSH_HOME`, `DSH_DATABASE_URL`, `DSH_MODEL`,
+`DSH_MODEL_API_KEY` ...), mapped explicitly by a small settings source rather than by pydantic-settings'
+JSON guessing: `DSH_MODEL` names the model, it is not a JSON value for the whole `model` section.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -22,8 +23,12 @@ from dsh.errors import ConfigError
 
 __all__ = [
     "DEFAULT_COLD_READ_CONCURRENCY",
+    "DEFAULT_MODEL",
+    "DEFAULT_MODEL_BASE_URL",
+    "AgentConfig",
     "CacheConfig",
     "Config",
+    "ModelConfig",
     "PersistenceConfig",
     "ServerConfig",
     "SubagentConfig",
@@ -31,6 +36,8 @@ __all__ = [
 ]
 
 DEFAULT_COLD_READ_CONCURRENCY: Final = 4
+DEFAULT_MODEL_BASE_URL: Final = "https://api.deepseek.com"
+DEFAULT_MODEL: Final = "deepseek-chat"
 _MAX_INT32: Final = 2_147_483_647
 
 
@@ -72,6 +79,52 @@ class ServerConfig(_Section):
     port: int = Field(default=8765, ge=0, le=65535)
 
 
+class ModelConfig(_Section):
+    """The model endpoint a real (non-scripted) agent talks to (docs/agent.md#model-settings).
+
+    These are the configured values; `dsh.agent.models.resolve_model_settings` applies command-line
+    overrides, picks the key that may be sent to the configured host and the provider name.
+
+    Attributes:
+        base_url: The OpenAI-compatible endpoint (`DSH_MODEL_BASE_URL`).
+        api_key: The key for `base_url`, whatever its host (`DSH_MODEL_API_KEY`).
+        deepseek_api_key: A DeepSeek key (`DEEPSEEK_API_KEY`); only ever sent to `api.deepseek.com`.
+        model: The model name (`DSH_MODEL`).
+        provider: The provider name recorded on assistant messages (`DSH_MODEL_PROVIDER`); None
+            derives it from the host.
+        timeout_s: The read timeout of one request in seconds (`DSH_MODEL_TIMEOUT_S`).
+        max_retries: Retries of a request that failed before its first byte (`DSH_MODEL_MAX_RETRIES`).
+        max_tokens: The default output limit of one request (`DSH_MODEL_MAX_TOKENS`); None leaves it
+            to the endpoint.
+    """
+
+    base_url: str = DEFAULT_MODEL_BASE_URL
+    api_key: SecretStr | None = None
+    deepseek_api_key: SecretStr | None = None
+    model: str = DEFAULT_MODEL
+    provider: str | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=2, ge=0, le=100)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_INT32)
+
+
+class AgentConfig(_Section):
+    """How agents run their turns (docs/agent.md#turn-events).
+
+    Attributes:
+        max_steps: Steps per turn before it ends with `AGENT_MAX_STEPS`.
+        log_chunks: Log every streamed chunk as an `assistant/chunk` event (off: chunks reach
+            in-process listeners only).
+        cancel_grace_s: How long a cancelled tool body may run on before its task is cancelled.
+        system_prompt: The system prompt of top-level agents, if any.
+    """
+
+    max_steps: int = Field(default=50, ge=1, le=10_000)
+    log_chunks: bool = False
+    cancel_grace_s: float = Field(default=5.0, ge=0)
+    system_prompt: str | None = None
+
+
 def default_home() -> Path:
     """`~/.local/share/dsh`."""
     return Path.home() / ".local" / "share" / "dsh"
@@ -82,9 +135,24 @@ _SECTIONS: Final[dict[str, type[_Section]]] = {
     "cache": CacheConfig,
     "subagent": SubagentConfig,
     "server": ServerConfig,
+    "model": ModelConfig,
+    "agent": AgentConfig,
 }
 
 _FLAT: Final[dict[str, str]] = {"DSH_HOME": "home", "DSH_DATABASE_URL": "database_url"}
+
+_FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
+    "DSH_MODEL": ("model", "model"),
+    "DSH_MODEL_BASE_URL": ("model", "base_url"),
+    "DSH_MODEL_API_KEY": ("model", "api_key"),
+    "DSH_MODEL_PROVIDER": ("model", "provider"),
+    "DSH_MODEL_TIMEOUT_S": ("model", "timeout_s"),
+    "DSH_MODEL_MAX_RETRIES": ("model", "max_retries"),
+    "DSH_MODEL_MAX_TOKENS": ("model", "max_tokens"),
+    "DEEPSEEK_API_KEY": ("model", "deepseek_api_key"),
+}
+"""Flat names of section fields. An empty flat variable counts as unset; when both a flat name and
+the nested `DSH_<SECTION>__<FIELD>` are set, the nested one wins (it is the canonical spelling)."""
 
 
 def _describe(error: ValidationError, owner: str) -> str:
@@ -115,23 +183,30 @@ class _EnvironmentSource(PydanticBaseSettingsSource):
                 out[field] = value
         for section, model in _SECTIONS.items():
             parsed: dict[str, Any] = {}
+            for name, (flat_section, field) in _FLAT_SECTION_FIELDS.items():
+                value = env.get(name)
+                if flat_section == section and value:
+                    parsed[field] = _parse_env(name, value, model.model_fields[field])
             for field, info in model.model_fields.items():
                 name = f"DSH_{section.upper()}__{field.upper()}"
                 value = env.get(name)
-                if value is None:
-                    continue
-                # The field's constraints (ge/le ...) travel with its type, so a value that parses
-                # but is out of range is refused here, naming the variable the person typed.
-                target: Any = info.annotation or str
-                if info.metadata:
-                    target = Annotated[(target, *info.metadata)]
-                try:
-                    parsed[field] = TypeAdapter(target).validate_strings(value)
-                except ValidationError as error:
-                    raise ConfigError(_describe(error, f"environment variable {name}")) from None
+                if value is not None:
+                    parsed[field] = _parse_env(name, value, info)
             if parsed:
                 out[section] = model(**parsed)
         return out
+
+
+def _parse_env(name: str, value: str, info: FieldInfo) -> Any:
+    # The field's constraints (ge/le ...) travel with its type, so a value that parses but is out of
+    # range is refused here, naming the variable the person typed.
+    target: Any = info.annotation or str
+    if info.metadata:
+        target = Annotated[(target, *info.metadata)]
+    try:
+        return TypeAdapter(target).validate_strings(value)
+    except ValidationError as error:
+        raise ConfigError(_describe(error, f"environment variable {name}")) from None
 
 
 class Config(BaseSettings):
@@ -150,6 +225,8 @@ class Config(BaseSettings):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     subagent: SubagentConfig = Field(default_factory=SubagentConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
 
     def __init__(self, **values: Any) -> None:
         try:

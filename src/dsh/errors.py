@@ -44,7 +44,10 @@ Class tree (module in parentheses):
     ├── SessionQueryError                      dsh.query.errors
     ├── SubagentError                          dsh.subagent.errors
     ├── SubagentDescriptorError (ValueError)   dsh.subagent.errors
-    └── SubagentDepthError                     dsh.subagent.errors
+    ├── SubagentDepthError                     dsh.subagent.errors
+    ├── AgentError                             dsh.agent.errors
+    ├── ToolError                              dsh.agent.errors
+    └── ModelError                             dsh.agent.errors
 
 Codes (each listed once; the meaning is the one failure kind the code names):
 
@@ -108,6 +111,25 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     ACTIVATION_TEARDOWN_FAILED                 disposing a subagent activation failed
     SUBAGENT_DESCRIPTOR_INVALID                a persisted subagent descriptor payload is malformed
     SUBAGENT_DEPTH_EXCEEDED                    a child would exceed the maximum delegation depth
+    DUPLICATE_AGENT                            an agent id is already registered
+    AGENT_CLOSING                              a message was sent to an agent that is closing
+    AGENT_MAX_STEPS                            a turn reached the step cap without a final answer
+    AGENT_TURN_FAILED                          a turn failed on an unexpected error (a bug)
+    PERSISTENCE_FLUSH_FAILED                   a turn stopped because its session could not be flushed
+    SESSION_OWNED_BY_SUBAGENT                  a generic agent route refused a subagent-origin session
+    DUPLICATE_TOOL                             a tool name is already registered
+    MODEL_NOT_CONFIGURED                       no usable model key or base URL is configured
+    MODEL_AUTH                                 the model endpoint refused the credentials
+    MODEL_RATE_LIMITED                         the model endpoint kept rate-limiting after retries
+    MODEL_BAD_REQUEST                          the model endpoint rejected the request
+    MODEL_UNAVAILABLE                          the model endpoint failed, or its stream broke or was malformed
+    MODEL_TIMEOUT                              a model request timed out
+    SCRIPT_INVALID                             a model script failed to load or validate
+    SCRIPT_MISMATCH                            a request did not match the next scripted step
+    SCRIPT_EXHAUSTED                           a scripted track had no step left for a request
+    SCRIPT_UNKNOWN_AGENT                       a request named an agent key the script has no track for
+    SCRIPT_PLACEHOLDER                         a script placeholder could not be resolved
+    SCRIPT_UNCONSUMED                          scripted steps remained when the script was checked
 """
 
 from __future__ import annotations

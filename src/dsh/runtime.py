@@ -4,22 +4,34 @@ Layer: top (above every service layer; the CLI and the server use it). `async wi
 Runtime.open(config) as rt:` builds, in order, the session store, persistence (JSONL+zstd under the
 home folder by default, SQLite for `sqlite:///...`, in-memory for `memory:`), the projection
 registry, the projection cache (SQLite file; if it refuses to open, the runtime logs one warning
-and runs without it), the query service and the subagent runtime. It closes in the one order every
-hand-built stack must follow too: subagents → sessions (dispose, which triggers the cache's
-mandatory writes) → cache → unit registrations → registry → persistence.
+and runs without it), the query service, the live agent registry and the subagent runtime. It closes
+in the one order every hand-built stack must follow too: agents → subagents → sessions (dispose,
+which triggers the cache's mandatory writes) → cache → unit registrations → registry → persistence.
+
+Agents (docs/agent.md): `create_agent`, `resume_agent`, `run` and `settle` drive live agents on the
+runtime's model client — the one passed to `open(model=...)`, or an OpenAI-compatible client built
+from `config.model` on first use (so a runtime without a key works until a model is needed).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 from urllib.parse import unquote, urlparse
 
+from dsh.agent.errors import AgentError
+from dsh.agent.ids import IdFactory, RandomIds
+from dsh.agent.loop import Agent, AgentOptions, TurnResult
+from dsh.agent.messages import Source, UserSource
+from dsh.agent.model import ModelClient
+from dsh.agent.registry import AgentRegistry
+from dsh.agent.tools import Tool, ToolRegistry
 from dsh.config import Config
 from dsh.errors import ConfigError
 from dsh.persistence.base import StorageBackend
@@ -30,12 +42,20 @@ from dsh.projection.errors import ProjectionError
 from dsh.projection.registry import ProjectionRegistry
 from dsh.query.service import SessionQuery
 from dsh.services import Services
-from dsh.session.ids import new_session_id
+from dsh.session.header import HeaderInit
+from dsh.session.session import Session
 from dsh.session.store import SessionStore, wall_clock_ms
 from dsh.subagent.runtime import SubagentRuntime
 from dsh.timer import Timer
 
 __all__ = ["Runtime", "backend_for"]
+
+
+def _owned_by_subagent(session_id: str) -> AgentError:
+    return AgentError(
+        f'session "{session_id}" is owned by subagent routing', code="SESSION_OWNED_BY_SUBAGENT", session_id=session_id
+    )
+
 
 _log = logging.getLogger(__name__)
 
@@ -73,40 +93,66 @@ class Runtime:
         self,
         config: Config,
         *,
+        model: ModelClient | None = None,
+        ids: IdFactory | None = None,
         clock: Callable[[], int] | None = None,
-        id_factory: Callable[[], str] | None = None,
+        tools: Sequence[Tool] = (),
         timer: Timer | None = None,
         backend: StorageBackend | None = None,
         use_cache: bool = True,
     ) -> None:
         if not isinstance(config, Config):
             raise ConfigError("Runtime.open expects a dsh.Config")
+        if ids is not None and not isinstance(ids, IdFactory):
+            raise ConfigError("ids must be an IdFactory (session, message, call and run methods)")
         self.config = config
+        self._model = model
+        self._owns_model = False
+        self._ids: IdFactory = ids if ids is not None else RandomIds()
         self._clock = clock or wall_clock_ms
-        self._id_factory = id_factory or new_session_id
         self._timer = timer
         self._backend = backend
         self._use_cache = use_cache
+        self.tools = ToolRegistry(tools)
+        """The tools every agent of this runtime offers its model."""
         self.services = Services()
         self._opened = False
         self._closed = False
+        self._closing = False
 
     @classmethod
     def open(
         cls,
         config: Config | None = None,
         *,
+        model: ModelClient | None = None,
+        ids: IdFactory | None = None,
         clock: Callable[[], int] | None = None,
-        id_factory: Callable[[], str] | None = None,
+        tools: Sequence[Tool] = (),
         timer: Timer | None = None,
         backend: StorageBackend | None = None,
         use_cache: bool = True,
     ) -> Runtime:
-        """A runtime to enter with `async with` (config errors are raised here, before any service starts)."""
+        """A runtime to enter with `async with` (config errors are raised here, before any service starts).
+
+        Args:
+            config: The configuration (default: `Config()`, read from the environment).
+            model: The model client every agent uses (default: the OpenAI-compatible client built from
+                `config.model` when a model is first needed). The caller keeps ownership of a client it
+                passes: the runtime never closes it.
+            ids: The id factory (default: random ids); a `SequentialIds` makes a run reproducible.
+            clock: The epoch-ms clock of the session store (default: the wall clock).
+            tools: Tools added to the runtime's default tool set.
+            timer: The persistence and cache timer (tests drive a manual one).
+            backend: A storage backend to use instead of the one `config.database_url` selects.
+            use_cache: Open the projection cache.
+        """
         return cls(
             config if config is not None else Config(),
+            model=model,
+            ids=ids,
             clock=clock,
-            id_factory=id_factory,
+            tools=tools,
             timer=timer,
             backend=backend,
             use_cache=use_cache,
@@ -149,6 +195,30 @@ class Runtime:
         """The projection cache, or None when it could not be opened."""
         return self.services.projection_cache
 
+    @property
+    def agents(self) -> AgentRegistry[Agent]:
+        """The live agent registry."""
+        assert self.services.agents is not None
+        return self.services.agents
+
+    @property
+    def ids(self) -> IdFactory:
+        """The id factory."""
+        return self._ids
+
+    def model_client(self) -> ModelClient:
+        """The runtime's model client, building the OpenAI-compatible one from `config.model` on first use.
+
+        Raises:
+            ModelError: `MODEL_NOT_CONFIGURED` when no model was passed and no usable key is configured.
+        """
+        if self._model is None:
+            from dsh.agent.models.openai_compat import OpenAICompatibleClient, resolve_model_settings
+
+            self._model = OpenAICompatibleClient(resolve_model_settings(self.config.model))
+            self._owns_model = True
+        return self._model
+
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> Self:
@@ -159,7 +229,7 @@ class Runtime:
         config = self.config
         services = self.services
         backend = self._backend if self._backend is not None else backend_for(config)
-        sessions = SessionStore(clock=self._clock, id_factory=self._id_factory)
+        sessions = SessionStore(clock=self._clock, id_factory=self._ids.session)
         services.sessions = sessions
         persistence = PersistenceCoordinator(
             backend,
@@ -175,6 +245,7 @@ class Runtime:
         services.persistence = persistence
         registry = ProjectionRegistry(sessions)
         services.projections = registry
+        services.agents = AgentRegistry()
         services.subagents = SubagentRuntime(services, config=config.subagent)
         if self._use_cache:
             services.projection_cache = await self._open_cache(registry, sessions, persistence)
@@ -214,6 +285,7 @@ class Runtime:
             self._closed = True
             return
         self._closed = True
+        self._closing = True
         services = self.services
         errors: list[Exception] = []
 
@@ -226,6 +298,8 @@ class Runtime:
             except Exception as error:
                 errors.append(error)
 
+        if services.agents is not None:
+            await step(self._close_agents)
         if services.subagents is not None:
             await step(services.subagents.aclose)
         if services.sessions is not None:
@@ -238,8 +312,143 @@ class Runtime:
             await step(services.projections.close)
         if services.persistence is not None:
             await step(services.persistence.close)
+        if self._owns_model and self._model is not None:
+            await step(self._model.aclose)
         if errors:
             raise ExceptionGroup("runtime close failed", errors)
+
+    async def _close_agents(self) -> None:
+        """Every open turn ends `aborted` (cause `disposed`); agents leave the registry."""
+        registry = self.agents
+        agents = registry.list()
+        await asyncio.gather(*(agent.aclose(cause="disposed") for agent in agents), return_exceptions=True)
+        for agent in agents:
+            registry.unregister(agent)
+
+    # ---------------------------------------------------------------- agents
+
+    def agent_options(self, **overrides: object) -> AgentOptions:
+        """The options of a new top-level agent: `config.agent` and the model name, then `overrides`."""
+        settings = self.config.agent
+        client_model = getattr(self._model, "model", None)
+        values: dict[str, object] = {
+            "model": client_model if isinstance(client_model, str) else self.config.model.model,
+            "max_steps": settings.max_steps,
+            "max_tokens": self.config.model.max_tokens,
+            "system_prompt": settings.system_prompt,
+            "log_chunks": settings.log_chunks,
+            "cancel_grace_s": settings.cancel_grace_s,
+        }
+        values.update(overrides)
+        return AgentOptions(**values)  # type: ignore[arg-type]
+
+    def start_agent(
+        self, session: Session, *, options: AgentOptions | None = None, tools: ToolRegistry | None = None
+    ) -> Agent:
+        """Wrap a live session in an `Agent`, register it and start its worker.
+
+        Raises:
+            AgentError: `DUPLICATE_AGENT` when an agent already holds the id; `AGENT_CLOSING` while
+                the runtime closes.
+            ModelError: `MODEL_NOT_CONFIGURED` when no model client is available.
+        """
+        self._refuse_closing()
+        agent = Agent(
+            session,
+            model=self.model_client(),
+            tools=tools if tools is not None else self.tools,
+            sessions=self.sessions,
+            services=self.services,
+            ids=self._ids,
+            options=options if options is not None else self.agent_options(),
+        )
+        self.agents.register(agent)
+        agent.start()
+        return agent
+
+    async def create_agent(
+        self, session_id: str | None = None, *, cwd: str | None = None, options: AgentOptions | None = None
+    ) -> Agent:
+        """A new top-level session with a live, registered agent.
+
+        Raises:
+            ModelError: `MODEL_NOT_CONFIGURED` (checked before the session is created).
+            SessionError: `SESSION_ALREADY_EXISTS` or `INVALID_HEADER` for a bad id or cwd.
+        """
+        self._refuse_closing()
+        self.model_client()
+        session = self.sessions.create(session_id, header=HeaderInit(cwd=cwd))
+        try:
+            return self.start_agent(session, options=options)
+        except BaseException:
+            self.sessions.dispose(session)
+            raise
+
+    async def resume_agent(self, session_id: str) -> Agent:
+        """The live agent of a top-level session: the registered one, or the session resumed from storage.
+
+        A session whose header says `origin: "subagent"` is refused: its parent drives it through
+        subagent delivery, never a generic route (docs/catalog.md#rows-on-the-wire).
+
+        Raises:
+            AgentError: `SESSION_OWNED_BY_SUBAGENT` for a subagent session.
+            SessionPersistenceError: `SESSION_NOT_FOUND`, `SESSION_CORRUPT`, ... from the resume read.
+        """
+        self._refuse_closing()
+        agent = self.agents.get(session_id)
+        live = self.sessions.get(session_id)
+        header = agent.session.header if agent is not None else live.header if live is not None else None
+        if header is not None and header.origin == "subagent":
+            raise _owned_by_subagent(session_id)
+        if agent is not None:
+            return agent
+        if live is not None:
+            return self.start_agent(live)
+        self.model_client()
+        prepared = await self.persistence.prepare(session_id)
+        session = prepared.session
+        if session.header.origin == "subagent":
+            await prepared.close()
+            raise _owned_by_subagent(session_id)
+        try:
+            prepared.publish()
+        except BaseException:
+            await prepared.close()
+            raise
+        try:
+            return self.start_agent(session)
+        except BaseException:
+            self.sessions.dispose(session)
+            raise
+
+    async def run(
+        self, prompt: str, session_id: str | None = None, *, source: Source | None = None, cwd: str | None = None
+    ) -> TurnResult:
+        """Send `prompt` to a new top-level agent (or the agent of `session_id`) and return its turn's result."""
+        if session_id is None:
+            agent = await self.create_agent(cwd=cwd)
+        else:
+            agent = await self.resume_agent(session_id)
+        message_id = await agent.send(prompt, source if source is not None else UserSource())
+        return await agent.turn_result(message_id)
+
+    async def settle(self, timeout: float | None = 60) -> None:  # noqa: ASYNC109 - the documented signature
+        """Wait until every agent is idle with nothing claimable in its inbox.
+
+        Raises:
+            TimeoutError: when that does not happen within `timeout` seconds.
+        """
+        async with asyncio.timeout(timeout):
+            while True:
+                agents = self.agents.list()
+                await asyncio.gather(*(agent.wait_idle() for agent in agents))
+                # A turn may have sent work to another agent meanwhile: settle again until stable.
+                if all(not agent.busy for agent in self.agents.list()):
+                    return
+
+    def _refuse_closing(self) -> None:
+        if self._closing:
+            raise AgentError("the runtime is closing and starts no agents", code="AGENT_CLOSING")
 
     async def __aenter__(self) -> Self:
         try:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dsh.agent.loop import Agent
+    from dsh.agent.registry import AgentRegistry
     from dsh.persistence.base import SessionPersistence
     from dsh.projection.cache import ProjectionCache
     from dsh.projection.registry import ProjectionRegistry
@@ -31,4 +33,5 @@ class Services:
     projections: ProjectionRegistry | None = None
     projection_cache: ProjectionCache | None = None
     query: SessionQuery | None = None
+    agents: AgentRegistry[Agent] | None = None
     subagents: SubagentRuntime | None = None

@@ -11,6 +11,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from dsh.agent.errors import AgentError, ModelError
 from dsh.cli.errors import exit_code_for
 from dsh.cli.main import app
 from dsh.config import Config
@@ -134,6 +135,10 @@ def test_bad_database_url_exits_with_the_configuration_code(tmp_path: Path) -> N
         (SessionQueryError("broken", code="SESSION_QUERY_CORRUPT_SESSION"), 5),
         (RuntimeError("bug"), 1),
         (KeyboardInterrupt(), 130),
+        (ModelError("no key", code="MODEL_NOT_CONFIGURED"), 4),
+        (ModelError("down", code="MODEL_UNAVAILABLE"), 6),
+        (ModelError("mismatch", code="SCRIPT_MISMATCH"), 6),
+        (AgentError("fenced", code="SESSION_OWNED_BY_SUBAGENT"), 8),
     ],
 )
 def test_error_families_map_to_exit_codes(error: BaseException, code: int) -> None:

@@ -61,6 +61,18 @@ class DemoIds:
         """The next session id."""
         return self.next("session")
 
+    def message(self) -> str:
+        """The next message id."""
+        return self.next("message")
+
+    def call(self) -> str:
+        """The next call id."""
+        return self.next("call")
+
+    def run(self) -> str:
+        """The next run id."""
+        return self.next("run")
+
 
 @dataclass(frozen=True, slots=True)
 class CatalogView:
@@ -240,7 +252,7 @@ async def run_catalog_demo(
     reporter.info(f"home {home} (JSONL+zstd logs in sessions/, projection cache in cache.sqlite3)")
 
     reporter.phase("2. Build a parent and its subagents (runtime R1)")
-    async with Runtime.open(config, clock=clock, id_factory=ids.session) as r1:
+    async with Runtime.open(config, clock=clock, ids=ids) as r1:
         counting = _counting_query(r1)
         family, live_child = await _build_family(r1, ids, str(home), reporter)
         for label, child_id in family.children.items():
@@ -252,7 +264,7 @@ async def run_catalog_demo(
         reporter.info(f"reads for the running child: {live.reads.get(live_child.id, 0)} (live rung)")
 
     reporter.phase("4. Restart, and damage one child on purpose")
-    async with Runtime.open(config, clock=clock, id_factory=ids.session) as r2:
+    async with Runtime.open(config, clock=clock, ids=ids) as r2:
         damaged = family.children["Summarize notes"]
         storage = r2.cache.storage if r2.cache is not None else None
         removed = await _remove_descriptor(r2, damaged, storage)

@@ -1,0 +1,201 @@
+"""The model-client contract: requests, streamed chunks and the `ModelClient` protocol.
+
+Layer: agent. A model client turns one `ModelRequest` into a stream of `ModelChunk`s; it never
+builds messages (the loop's `MessageAssembler` does, docs/agent.md#model-clients). Chunks use the
+upstream stream vocabulary so that, when the loop logs them as `assistant/chunk` events, the log
+stays readable by the TypeScript harness: `block-start`, `text-delta`, `reasoning-delta`,
+`tool-call-delta`, `block-end`, `usage` and `finish`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from dsh.abort import AbortSignal
+
+__all__ = [
+    "BlockEnd",
+    "BlockStart",
+    "BlockType",
+    "Finish",
+    "FinishKind",
+    "ModelChunk",
+    "ModelClient",
+    "ModelRequest",
+    "ReasoningDelta",
+    "RequestMeta",
+    "TextDelta",
+    "ToolCallDelta",
+    "Usage",
+    "UsageChunk",
+    "chunk_to_json",
+]
+
+BlockType = Literal["text", "reasoning", "tool-call"]
+"""The content block a stream index carries."""
+
+FinishKind = Literal["stop", "tool-calls", "length", "content-filter"]
+"""Why the model stopped: answered, asked for tools, hit its output limit, or was filtered."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token accounting of one model request."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def to_json(self) -> dict[str, int]:
+        """`{inputTokens, outputTokens, cachedInputTokens?, reasoningTokens?}`."""
+        out = {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+        if self.cached_input_tokens is not None:
+            out["cachedInputTokens"] = self.cached_input_tokens
+        if self.reasoning_tokens is not None:
+            out["reasoningTokens"] = self.reasoning_tokens
+        return out
+
+    def __add__(self, other: Usage) -> Usage:
+        def plus(a: int | None, b: int | None) -> int | None:
+            return None if a is None and b is None else (a or 0) + (b or 0)
+
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            plus(self.cached_input_tokens, other.cached_input_tokens),
+            plus(self.reasoning_tokens, other.reasoning_tokens),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStart:
+    """A content block opens at `index`."""
+
+    index: int
+    block_type: BlockType
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """More answer text for the text block at `index`."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """More reasoning text for the reasoning block at `index`."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call's raw JSON arguments; the first fragment of a call carries its name."""
+
+    index: int
+    id: str
+    arguments_delta: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockEnd:
+    """The block at `index` is complete; `block` is its final content block (authoritative)."""
+
+    index: int
+    block: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UsageChunk:
+    """The request's token usage (usually just before `Finish`)."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The stream's last chunk: why the model stopped."""
+
+    kind: FinishKind
+
+
+ModelChunk = BlockStart | TextDelta | ReasoningDelta | ToolCallDelta | BlockEnd | UsageChunk | Finish
+"""One streamed chunk."""
+
+
+def chunk_to_json(chunk: ModelChunk) -> dict[str, Any]:
+    """The upstream JSON shape of a chunk, as the `chunk` of an `assistant/chunk` event."""
+    match chunk:
+        case BlockStart(index, block_type):
+            return {"type": "block-start", "index": index, "blockType": block_type}
+        case TextDelta(index, text):
+            return {"type": "text-delta", "index": index, "text": text}
+        case ReasoningDelta(index, text):
+            return {"type": "reasoning-delta", "index": index, "text": text}
+        case ToolCallDelta(index, call_id, arguments_delta, name):
+            out: dict[str, Any] = {"type": "tool-call-delta", "index": index, "id": call_id}
+            if name is not None:
+                out["name"] = name
+            out["argumentsDelta"] = arguments_delta
+            return out
+        case BlockEnd(index, block):
+            return {"type": "block-end", "index": index, "block": dict(block)}
+        case UsageChunk(usage):
+            return {"type": "usage", "usage": usage.to_json()}
+        case Finish(kind):
+            return {"type": "finish", "reason": {"kind": kind}}
+    raise TypeError(f"not a model chunk: {chunk!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMeta:
+    """Who is asking: the session, the script track (`main`, a child's label, or `one-shot`), turn and step."""
+
+    session_id: str
+    agent_key: str
+    turn: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model request.
+
+    Attributes:
+        model: The model name the request is for.
+        system: The system prompt, if any.
+        messages: The conversation as dsh message frames (`user`, `assistant`, tool results), oldest first.
+        tools: The neutral tool schemas offered, `{name, description, parameters}`.
+        max_tokens: The output limit, if any.
+        temperature: The sampling temperature, if set.
+        meta: Who is asking.
+    """
+
+    model: str
+    system: str | None
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Mapping[str, Any]]
+    meta: RequestMeta
+    max_tokens: int | None = None
+    temperature: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """A model endpoint: `stream` one request as chunks; `aclose` releases connections."""
+
+    provider: str
+
+    def stream(self, request: ModelRequest, *, signal: AbortSignal) -> AsyncIterator[ModelChunk]:
+        """Stream the answer to `request`; raise `ModelError` on failure; stop promptly when `signal` aborts."""
+
+    async def aclose(self) -> None:
+        """Release the client's resources."""

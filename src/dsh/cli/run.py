@@ -1,0 +1,242 @@
+"""`dsh run PROMPT`: one prompt on a new (or resumed) top-level agent, streamed as it happens.
+
+Layer: CLI (thin: it opens a `Runtime`, sends the prompt and renders what the loop writes). Text mode
+streams the answer to stdout and tool activity to stderr; `--json` writes one JSON line per event
+(`{"type": "event", "event": <event type>, "sessionId", "seq", "time", "turn"?, "step"?,
+"summary"?}`) and a last `{"type": "result", "sessionId", "output", "stopReason"}` line, and nothing
+else, to stdout. A spinner shows on stderr only when stderr is a terminal, never with `--json`. A
+reader that closes the pipe early (`| head`) simply stops the output; the run goes on. Ctrl-C
+cancels the turn, which then ends `aborted`, and exits 130 (docs/agent.md#cancellation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from dsh.agent.loop import Agent, TurnResult
+from dsh.agent.messages import UserSource
+from dsh.agent.model import ModelChunk, ModelClient, TextDelta
+from dsh.cli.app import Globals, app, fail
+from dsh.cli.errors import EXIT_CODES, exit_code_for_code
+from dsh.query.summary import event_summary, is_summarised
+from dsh.session.events import SessionEvent
+from dsh.session.session import Session
+
+__all__ = ["run"]
+
+
+@dataclass(slots=True)
+class _Outcome:
+    result: TurnResult | None = None
+    interrupted: bool = False
+    timed_out: bool = False
+
+
+def _line(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _write(text: str) -> None:
+    """Write to stdout; once the reader has gone (`| head`), later output is silently dropped."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _escape(text: str) -> str:
+    """Control characters shown escaped, so model text cannot drive the terminal (newlines and tabs stay)."""
+    return "".join(ch if ch in "\n\t" or (ch.isprintable() and ch != "\x1b") else f"\\x{ord(ch):02x}" for ch in text)
+
+
+class _Printer:
+    """Renders the agent's activity as it happens."""
+
+    def __init__(self, *, as_json: bool, stderr: Console) -> None:
+        self.as_json = as_json
+        self.stderr = stderr
+        self.spinner: Any = None
+        self.ended_with_newline = True
+        self.session_id: str | None = None
+
+    @contextlib.contextmanager
+    def spinning(self) -> Iterator[None]:
+        if not self.as_json and self.stderr.is_terminal:
+            self.spinner = self.stderr.status("thinking…", spinner="dots")
+            self.spinner.start()
+        try:
+            yield
+        finally:
+            self.stop_spinner()
+
+    def stop_spinner(self) -> None:
+        if self.spinner is not None:
+            self.spinner.stop()
+            self.spinner = None
+
+    def chunk(self, agent: Agent, turn: int, step: int, chunk: ModelChunk) -> None:
+        if self.as_json or not isinstance(chunk, TextDelta):
+            return
+        self.stop_spinner()
+        text = _escape(chunk.text)
+        _write(text)
+        self.ended_with_newline = text.endswith("\n")
+
+    def event(self, session: Session, event: SessionEvent) -> None:
+        if session.id != self.session_id:
+            return
+        if self.as_json:
+            if is_summarised(event):
+                summary = event_summary(session.id, event)
+                summary["event"] = summary.pop("type")
+                _write(_line({"type": "event", **summary}) + "\n")
+            return
+        data = event.data if isinstance(event.data, dict) else {}
+        if event.type == "tool/call":
+            self.newline()
+            self.stderr.print(f"→ {_escape(str(data.get('name')))} {_escape(str(data.get('arguments')))}", markup=False)
+        elif event.type == "tool/result":
+            summary = event_summary(session.id, event).get("summary", {})
+            failed = isinstance(summary, dict) and summary.get("isError")
+            self.stderr.print("← error" if failed else "← ok", markup=False)
+        elif event.type == "step/start" and self.spinner is None and self.stderr.is_terminal:
+            self.spinner = self.stderr.status("thinking…", spinner="dots")
+            self.spinner.start()
+
+    def newline(self) -> None:
+        if not self.ended_with_newline:
+            _write("\n")
+            self.ended_with_newline = True
+
+
+async def _drive(
+    globals_: Globals,
+    prompt: str,
+    *,
+    session_id: str | None,
+    script: Path | None,
+    model_name: str | None,
+    as_json: bool,
+    settle: bool,
+    timeout: float | None,  # noqa: ASYNC109 - the turn is cancelled (not abandoned) when it expires
+) -> tuple[_Outcome, str]:
+    from dsh.runtime import Runtime
+
+    config = globals_.config()
+    client: ModelClient
+    if script is not None:
+        from dsh.agent.models.scripted import ScriptedModelClient
+
+        client = ScriptedModelClient.from_file(script)
+    else:
+        from dsh.agent.models.openai_compat import OpenAICompatibleClient, resolve_model_settings
+
+        client = OpenAICompatibleClient(resolve_model_settings(config.model, model=model_name))
+    printer = _Printer(as_json=as_json, stderr=globals_.console(stderr=True))
+    outcome = _Outcome()
+    try:
+        async with Runtime.open(config, model=client) as rt:
+            agent = await rt.resume_agent(session_id) if session_id else await rt.create_agent(cwd=os.getcwd())
+            if model_name is not None and script is not None:
+                agent.update_options(model=model_name)
+            printer.session_id = agent.id
+            rt.sessions.on_event(printer.event)
+            agent.on_chunk(printer.chunk)
+            loop = asyncio.get_running_loop()
+
+            def interrupt() -> None:
+                outcome.interrupted = True
+                agent.cancel("user")
+
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGINT, interrupt)
+            try:
+                with printer.spinning():
+                    message_id = await agent.send(prompt, UserSource())
+                    pending = agent.turn_result(message_id)
+                    try:
+                        outcome.result = await asyncio.wait_for(asyncio.shield(pending), timeout)
+                    except TimeoutError:
+                        outcome.timed_out = True
+                        agent.cancel("user")
+                        outcome.result = await pending
+                    if settle and not (outcome.interrupted or outcome.timed_out):
+                        await rt.settle(timeout=None)
+            finally:
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(signal.SIGINT)
+            printer.newline()
+            return outcome, agent.id
+    finally:
+        await client.aclose()
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    prompt: Annotated[str, typer.Argument(help="The prompt to send.")],
+    session: Annotated[
+        str | None, typer.Option("--session", help="Continue this top-level session instead of starting one.")
+    ] = None,
+    script: Annotated[
+        Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="The model name (overrides DSH_MODEL).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Write JSON lines: one per event, then the result.")] = False,
+    no_settle: Annotated[
+        bool, typer.Option("--no-settle", help="Do not wait for background subagents and their notices.")
+    ] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Cancel the turn after this many seconds.", min=0)
+    ] = None,
+) -> None:
+    """Run one prompt on an agent and stream the answer (`--script FILE` runs keyless).
+
+    Example: dsh run "Summarise the README" --model deepseek-chat
+    """
+    globals_: Globals = ctx.obj
+    try:
+        outcome, session_id = asyncio.run(
+            _drive(
+                globals_,
+                prompt,
+                session_id=session,
+                script=script,
+                model_name=model,
+                as_json=as_json,
+                settle=not no_settle,
+                timeout=timeout,
+            )
+        )
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_CODES["interrupted"]) from None
+    except Exception as error:
+        raise fail(ctx, error) from error
+    result = outcome.result
+    if as_json and result is not None:
+        record = {"type": "result", "sessionId": session_id, "output": result.output, "stopReason": result.stop_reason}
+        _write(_line(record) + "\n")
+    if outcome.interrupted or outcome.timed_out:
+        reason = "interrupted" if outcome.interrupted else f"timed out after {timeout:g} s"
+        typer.echo(f"{reason}: the turn ended aborted (session {session_id})", err=True)
+        raise typer.Exit(EXIT_CODES["interrupted"])
+    if result is not None and result.stop_reason == "error" and result.error is not None:
+        code = str(result.error.get("code", ""))
+        typer.echo(f"error [{code}]: {_escape(str(result.error.get('message', '')))}", err=True)
+        raise typer.Exit(exit_code_for_code(code))
