@@ -8,6 +8,9 @@
   keeps its store.
 * SQLite tests: a private connection on a worker thread, for looking at (or changing) the database
   behind the backend's back without calling `sqlite3` on the event loop.
+* TypeScript-harness logs: `upstream_session` builds one session the way the harness writes it by
+  default (packed delta runs, several flush batches, older shapes on request) with the events a
+  reader must see; `plain` turns read events back into plain records for exact comparisons.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import IO, Any, TypeVar
 
 import orjson
 
+from dsh.json import thaw
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import SessionStore
@@ -36,6 +40,7 @@ from dsh.testing.stored_logs import (
     append_open_step,
     build_records,
 )
+from dsh.testing.upstream_logs import UpstreamLog, UpstreamLogBuilder
 from tests.persistence.crash_child import open_backend
 
 __all__ = [
@@ -53,9 +58,11 @@ __all__ = [
     "raw_sql",
     "open_backend",
     "open_step_records",
+    "plain",
     "running",
     "store_path",
     "tree_digest",
+    "upstream_session",
 ]
 
 T = TypeVar("T")
@@ -228,3 +235,56 @@ async def raw_sql(path: Path, work: Callable[[sqlite3.Connection], T]) -> T:
             conn.close()
 
     return await asyncio.to_thread(run)
+
+
+# ---------------------------------------------------------------- TypeScript-harness logs
+
+
+def plain(events: Any) -> list[dict[str, Any]]:
+    """Read events (frozen or raw) as plain records, for exact comparisons with expected records."""
+    return [thaw(event) if not isinstance(event, dict) else event for event in events]
+
+
+def upstream_session(
+    session_id: str = "up1", *, legacy: bool = False, open_turn: bool = False, turns: int = 2
+) -> UpstreamLog:
+    """One session as the harness writes it by default: every kind of delta run, in several flush batches.
+
+    Each turn streams reasoning (a long run between block boundaries), text of exactly three
+    deltas whose block continues across a flush, tool-call arguments with the name on every delta
+    and with the name only on the first, and a run whose clock steps back. `legacy` stores the
+    messages, turn starts, turn ends and one user message in older shapes; `open_turn` leaves the
+    last turn open inside a step (a crash).
+    """
+    b = UpstreamLogBuilder(session_id)
+    for turn in range(1, turns + 1):
+        b.turn_start(turn, trigger={"kind": "message"} if legacy else None)
+        b.user(f"question {turn}", legacy="identity" if legacy else None)
+        b.step_start(turn, 1)
+        b.chunk(turn, 1, {"type": "reasoning-start", "index": 0})
+        b.deltas(turn, 1, ["Let", " me", " think", " about", " it"], kind="reasoning")
+        b.chunk(turn, 1, {"type": "reasoning-end", "index": 0})
+        b.deltas(turn, 1, ["I", "'ll", " look"], index=1)
+        b.flush()
+        b.deltas(turn, 1, [" at", " the", " files", "."], index=1)
+        b.call_deltas(turn, 1, "call-1", ['{"pa', 'th":', ' "."', "}"], name="ls", index=2)
+        b.call_deltas(turn, 1, "call-2", ['{"q', '":', " 1", "}"], name="grep", name_on="first", index=3)
+        b.chunk(turn, 1, {"type": "finish", "reason": "tool-calls"})
+        b.assistant(turn, 1, "I'll look at the files.", legacy=legacy)
+        b.tool_call(turn, 1, "call-1", "ls", '{"path": "."}')
+        b.tool_result(turn, 1, "call-1", "a.txt b.txt", legacy=legacy)
+        b.step_end(turn, 1)
+        b.flush()
+        if legacy:
+            b.user("also the docs", turn=turn, legacy="steering" if turn % 2 else "steering-wrapped")
+        b.step_start(turn, 2)
+        now = b.time
+        b.deltas(turn, 2, ["Two", " files", " here", "."], times=[now, now - 5, now + 3, now + 2])
+        if open_turn and turn == turns:
+            b.flush()
+            return b.build()
+        b.assistant(turn, 2, "Two files here.", legacy=legacy)
+        b.step_end(turn, 2)
+        b.turn_end(turn, legacy=("disposed" if turn % 2 else "error-message") if legacy else None)
+        b.flush()
+    return b.build()

@@ -260,15 +260,18 @@ async def test_fixture_logs_in_the_documented_layout_load(tmp_path: Path, compre
         assert observation.header.agent_preset == "p"
 
 
-async def test_packed_chunk_rows_are_refused(tmp_path: Path, compression: str) -> None:
-    """A packed `text-chunks` row (an encoding this store never writes) is a format refusal, never corruption."""
+async def test_malformed_packed_row_is_corruption_of_its_line(tmp_path: Path, compression: str) -> None:
+    """A packed `text-chunks` row that is not exactly the upstream shape is a corrupt line, named by its number."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
-    records: list[dict[str, Any]] = open_step_records()
-    packed = {"type": "text-chunks", "seq0": len(records), "time": 1, "deltas": ["a", "b", "c"]}
-    await writer.write("s1", stored_header("s1"), [*records, packed])
+    records: list[dict[str, Any]] = closed_records(1)
+    malformed = {"type": "text-chunks", "seq0": len(records), "time": 1, "deltas": ["a", "b", "c"]}
+    closer = {"type": "turn/end", "seq": len(records), "time": 1, "data": {"turn": 1, "reason": {"kind": "completed"}}}
+    await writer.write("s1", stored_header("s1"), [*records, malformed, closer])
     async with running(make_backend(root, compression)) as (coordinator, _):
-        with pytest.raises(SessionFormatUnsupportedError, match="packed chunk rows") as caught:
+        with pytest.raises(
+            SessionCorruptionError, match=f"malformed text-chunks row at line {len(records) + 2}"
+        ) as caught:
             await coordinator.inspect("s1")
         assert caught.value.location == writer.path_of("s1")
 

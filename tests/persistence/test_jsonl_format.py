@@ -222,16 +222,21 @@ def test_raw_unparsable_and_non_object_lines() -> None:
         assert scan.torn is not None
 
 
-def test_packed_chunk_rows_are_format_unsupported() -> None:
-    """A complete `text-chunks` line with `seq0` is refused as format-unsupported, naming the line."""
+def test_a_malformed_packed_row_is_a_defect_of_its_line() -> None:
+    """A row-tagged line in the wrong shape is a torn tail when nothing follows and corruption before a `turn/end`."""
     records = closed_records(1)
-    packed = b'{"type":"text-chunks","seq0":6,"time":1,"deltas":["a","b","c"]}'
-    data, start = _raw(records, packed + b"\n")
-    with pytest.raises(SessionFormatUnsupportedError, match=f"line {len(records) + 2}"):
-        scan_events(data, start, "none", CTX)
-    not_packed = b'{"type":"text-chunks","seq":6,"time":1,"data":{}}'
-    data, start = _raw(records, not_packed + b"\n")
-    assert len(scan_events(data, start, "none", CTX).events) == len(records) + 1
+    for bad in (
+        b'{"type":"text-chunks","seq0":6,"time":1,"deltas":["a","b","c"]}',
+        b'{"type":"text-chunks","seq":6,"time":1,"data":{}}',
+    ):
+        data, start = _raw(records, bad + b"\n")
+        scan = scan_events(data, start, "none", CTX)
+        assert scan.events == records
+        assert scan.torn is not None
+        assert scan.torn.truncate_to == len(data) - len(bad) - 1
+        data, start = _raw(records, bad + b"\n" + _turn_end(6) + b"\n")
+        with pytest.raises(SessionCorruptionError, match=f"malformed text-chunks row at line {len(records) + 2}"):
+            scan_events(data, start, "none", CTX)
 
 
 def test_oversized_integer_is_located() -> None:

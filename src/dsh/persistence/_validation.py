@@ -2,11 +2,12 @@
 
 Layer: persistence (private to the coordinator). Every `load` result crosses this pipeline once,
 above the backends, so each rule is written once and reuses the session layer's own checks: the
-stored header (`SessionHeader.from_stored`, version first), identity, the format refusals over the
-*whole* log (unknown non-ignorable types, retired vocabulary, integers outside signed 64 bits), then
-the per-event rules (`check_records`: envelope, `seq == i`, data shapes, surface fold), the cut, and
-finally the crash-repair closers. The three verdicts are never confused: an intact log this build
-cannot interpret is format-unsupported, never corrupt.
+stored header (`SessionHeader.from_stored`, version first), identity, the migration of older
+upstream shapes (one function per shape, below; the stored bytes are never rewritten), the format
+refusals over the *whole* log (unknown non-ignorable types, retired vocabulary, integers outside
+signed 64 bits), then the per-event rules (`check_records`: envelope, `seq == i`, data shapes,
+surface fold), the cut, and finally the crash-repair closers. The three verdicts are never
+confused: an intact log this build cannot interpret is format-unsupported, never corrupt.
 
 Records are validated eagerly but frozen lazily (`StoredEvents`), so a full read costs parsing
 plus validation, and freezing is paid only for the events someone looks at (a full read is the hot
@@ -20,8 +21,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from dsh.persistence._legacy_shapes import MalformedAt, migrate_legacy_shapes
 from dsh.persistence.base import Revision, StoredLog, TornMarker
-from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
+from dsh.persistence.errors import (
+    SessionCorruptionError,
+    SessionFormatUnsupportedError,
+    SessionPersistenceError,
+    raw_log_suffix,
+)
 from dsh.session.events import SessionEvent, data_problem, envelope_problem, legacy_problem
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.repair import interrupted_turn_closers
@@ -29,7 +36,14 @@ from dsh.session.stored import LineRecords, StoredEvents
 from dsh.session.surface import Surface
 from dsh.session.validate import check_records, first_refusal
 
-__all__ = ["THREAD_THRESHOLD", "ValidatedLog", "select", "validate_log", "validate_log_async", "validate_typed"]
+__all__ = [
+    "THREAD_THRESHOLD",
+    "ValidatedLog",
+    "select",
+    "validate_log",
+    "validate_log_async",
+    "validate_typed",
+]
 
 THREAD_THRESHOLD: Final = 1000
 """Logs with more records than this are validated in a worker thread (`asyncio.to_thread`)."""
@@ -115,12 +129,18 @@ def _refuse(
     *,
     first_unknown: tuple[str, int] | None = None,
     scan: bool = True,
+    skip: int | None = None,
 ) -> None:
     """The format refusals, which win over shape defects, so a newer log is never called corrupt.
 
     `scan=False` skips the vocabulary scan when the caller proved there is nothing to find.
+    `skip` names a record the scan ignores: a malformed older shape, which is corruption, not
+    retired vocabulary.
     """
-    refusal = first_refusal(records) if scan else None
+    refusal = None
+    if scan:
+        view = records if skip is None else [{} if index == skip else r for index, r in enumerate(records)]
+        refusal = first_refusal(view)
     if first_unknown is not None:
         kind, unknown_seq = first_unknown
         raise _unknown_type(session_id, kind, unknown_seq, location)
@@ -174,7 +194,12 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
         SessionCorruptionError: Header shape, identity, any per-event rule, or a cut beyond the log.
     """
     header, cut = _header(session_id, log, location)
-    records = log.events
+    records = log.events if isinstance(log.events, LineRecords | list) else list(log.events)
+    # Older upstream shapes become current ones first, in place (the coordinator's typed filter
+    # reads `log.events` after this), so every rule below judges the current shapes.
+    malformed = migrate_legacy_shapes(session_id, records)
+    if malformed is not None:
+        raise _malformed_log(session_id, records, malformed, log.oversized_int_at, location)
     # Refusals take precedence over every shape defect anywhere in the log. `check_records` rejects
     # each unknown non-ignorable type and each retired shape it meets, so when it passes the whole
     # log there is no such refusal left to find; only on a defect does the full refusal scan run
@@ -198,6 +223,23 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
     )
 
 
+def _malformed_log(
+    session_id: str,
+    records: Sequence[dict[str, Any]],
+    malformed: MalformedAt,
+    oversized_at: int | None,
+    location: str | None,
+) -> SessionPersistenceError:
+    """The verdict for a log holding a malformed older shape, in the upstream reader's order.
+
+    Format refusals anywhere in the log come first, then a defect of an earlier event, then the
+    malformed record itself (corruption).
+    """
+    _refuse(session_id, records, oversized_at, location, skip=malformed.index)
+    problem = check_records(records[: malformed.index], Surface())
+    return _corrupt(session_id, malformed.message if problem is None else problem.message, location)
+
+
 async def validate_log_async(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
     """`validate_log`, in a worker thread when the log is large."""
     if len(log.events) > THREAD_THRESHOLD:
@@ -219,11 +261,15 @@ def validate_typed(
             increasing within the stored log, or the cut exceeds the log.
     """
     header, cut = _header(session_id, log, location)
-    records = log.events
-    _refuse(session_id, records, log.oversized_int_at, location, first_unknown=log.first_unknown)
+    records = log.events if isinstance(log.events, LineRecords | list) else list(log.events)
+    malformed = migrate_legacy_shapes(session_id, records, by_seq=True)
+    skip = None if malformed is None else malformed.index
+    _refuse(session_id, records, log.oversized_int_at, location, first_unknown=log.first_unknown, skip=skip)
     next_seq = log.next_seq if log.next_seq is not None else len(records)
     previous = from_seq - 1
-    for record in records:
+    for index, record in enumerate(records):
+        if malformed is not None and index == malformed.index:
+            raise _corrupt(session_id, malformed.message, location)
         problem = envelope_problem(record)
         if problem is None:
             kind = record["type"]

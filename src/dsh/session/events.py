@@ -86,7 +86,8 @@ KNOWN_EVENT_TYPES: Final[frozenset[str]] = frozenset(
 """Every type this library writes plus the upstream harness's known types (a constant)."""
 
 LEGACY_EVENT_TYPES: Final[frozenset[str]] = frozenset({"request/header-delta", "mode/set", "steering/message"})
-"""Retired vocabulary, refused at append and on read (upgraders are out of scope)."""
+"""Retired vocabulary, refused at append. On read, `steering/message` is migrated to a user message
+(docs/storage-format.md#compatibility-with-the-typescript-harness); the other two stay refused."""
 
 SURFACE_TYPES: Final[frozenset[str]] = frozenset({"user/message", "assistant/message", "tool/result"})
 """The surface-eligible types: they must carry `surfaceOp`; no other type may."""

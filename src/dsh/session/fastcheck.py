@@ -5,8 +5,9 @@ decides how close a full read comes to the machine limit. This module answers on
 question quickly: "is this record certainly valid?". It accepts only records the full rules in
 `dsh.session.events` accept (a property test pins that), with every check inlined into one function
 per event type and missing keys caught by one `try`; anything unusual — a foreign type, extra
-envelope keys, a replace, an aborted turn, a defect — answers "not certain" and the caller runs the
-full checks, which produce the exact message. It never decides that a record is invalid on its own.
+envelope keys, a replace, an aborted turn, a defect, an older upstream shape the read pipeline
+migrates — answers "not certain" and the caller runs the full checks, which produce the exact message.
+It never decides that a record is invalid on its own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ FAST_LOG_ONLY: Final = 1
 FAST_SURFACE_APPEND: Final = 2
 
 _MAX: Final = SAFE_INT_MAX
-_NESTED_REASONS: Final = frozenset({"aborted", "error"})
+# Aborted and error reasons carry nested shapes, and older logs spell some reasons differently
+# (`disposed`, an aborted or error reason without its nested part): the full rules and the read
+# pipeline's migrations judge those.
+_FULL_CHECK_REASONS: Final = frozenset({"aborted", "error", "disposed"})
 
 # Every checker takes the whole record and its index and reads keys directly: a missing key or a
 # wrong container type raises, which `fast_check` turns into "not certain". `.__class__ is` checks
@@ -75,7 +79,8 @@ def _turn_step(d: Any) -> bool:
 def _turn_start(r: Any, i: int) -> bool:
     d = r["data"]
     turn = d["turn"]
-    return _head(r, i, 4) and d.__class__ is dict and turn.__class__ is int and 0 <= turn <= _MAX
+    # An older `turn/start` also carried `trigger`; the read pipeline migrates that shape.
+    return _head(r, i, 4) and d.__class__ is dict and turn.__class__ is int and 0 <= turn <= _MAX and "trigger" not in d
 
 
 def _turn_end(r: Any, i: int) -> bool:
@@ -83,7 +88,6 @@ def _turn_end(r: Any, i: int) -> bool:
     turn = d["turn"]
     reason = d["reason"]
     kind = reason["kind"]
-    # Aborted and error reasons carry nested shapes: the full rules judge those.
     return (
         _head(r, i, 4)
         and d.__class__ is dict
@@ -92,7 +96,7 @@ def _turn_end(r: Any, i: int) -> bool:
         and reason.__class__ is dict
         and kind.__class__ is str
         and kind != ""
-        and kind not in _NESTED_REASONS
+        and kind not in _FULL_CHECK_REASONS
     )
 
 

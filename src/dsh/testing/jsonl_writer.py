@@ -3,10 +3,11 @@
 Layer: testing (shipped). It writes session logs straight into a JSONL root in the backend's layout
 and encoding (docs/storage-format.md#jsonl-layout), bypassing every check of the backend, so a test
 can build exactly the state it needs: arbitrary headers and records, foreign versions and types,
-packed rows, torn final frames (in the magic, in the last block, inside the checksum), flipped
-bytes, garbage lines, fragments without a newline, files at the wrong path, empty files, huge
-headers, the other encoding's artifacts in a root, and flat legacy files. It never validates
-anything."""
+packed rows (hand-made, or packed per batch as the TypeScript harness does by default with
+`pack_chunks=True`, see `dsh.testing.upstream_logs`), torn final frames (in the magic, in the last
+block, inside the checksum), flipped bytes, garbage lines, fragments without a newline, files at the
+wrong path, empty files, huge headers, the other encoding's artifacts in a root, and flat legacy
+files. It never validates anything."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import zstandard
 from dsh.persistence.jsonl import Compression, artifact_name, project_key
 from dsh.session.ids import encode_segment
 from dsh.testing.stored_logs import encode_record
+from dsh.testing.upstream_logs import pack_chunk_runs
 
 __all__ = ["JsonlLogWriter", "TearPoint"]
 
@@ -33,9 +35,13 @@ _CHECKSUM_BYTES = 4
 _BLOCK_HEADER_BYTES = 3
 
 
-def _lines(records: Sequence[Mapping[str, Any]]) -> bytes:
-    """One compact line per record (integers beyond 64 bits are written as the text they are)."""
-    return b"".join(encode_record(record) + b"\n" for record in records)
+def _lines(records: Sequence[Mapping[str, Any]], *, pack_chunks: bool = False) -> bytes:
+    """One compact line per record (integers beyond 64 bits are written as the text they are).
+
+    With `pack_chunks`, the records are one flush batch and runs of chunk deltas are packed first.
+    """
+    stored = pack_chunk_runs(records) if pack_chunks else records
+    return b"".join(encode_record(record) + b"\n" for record in stored)
 
 
 def _ensure_dir(path: str) -> None:
@@ -108,6 +114,7 @@ class JsonlLogWriter:
         *,
         batches: Sequence[int] | None = None,
         compression: Compression | None = None,
+        pack_chunks: bool = False,
     ) -> bytes:
         """The bytes of a whole log: header frame/line, then one frame per batch.
 
@@ -116,6 +123,8 @@ class JsonlLogWriter:
             records: Event records, written verbatim (one per line).
             batches: Sizes of consecutive batches (frames); default: all records in one batch.
             compression: Overrides the writer's encoding.
+            pack_chunks: Pack each batch's chunk-delta runs into rows, as the TypeScript harness
+                does by default (`batches` still count events, before packing).
         """
         out = [self.frame(encode_record(header) + b"\n", compression=compression)]
         sizes = list(batches) if batches is not None else [len(records)]
@@ -126,7 +135,7 @@ class JsonlLogWriter:
             chunk = records[index : index + size]
             index += size
             if chunk:
-                out.append(self.frame(_lines(chunk), compression=compression))
+                out.append(self.frame(_lines(chunk, pack_chunks=pack_chunks), compression=compression))
         return b"".join(out)
 
     # ---------------------------------------------------------------- StoredLogWriter
@@ -141,24 +150,28 @@ class JsonlLogWriter:
         cwd: str | Literal["header"] | None = "header",
         project: str | None = None,
         compression: Compression | None = None,
+        pack_chunks: bool = False,
     ) -> None:
         """Replace everything stored for `session_id` with exactly this header and these records.
 
         The path is derived from `session_id` and the header's cwd, unless `cwd` or `project`
         override it (a header that names another place); `path_of` finds it afterwards.
+        `pack_chunks` packs each batch as the TypeScript harness does by default.
         """
-        data = self.encode(header, records, batches=batches, compression=compression)
+        data = self.encode(header, records, batches=batches, compression=compression, pack_chunks=pack_chunks)
         if cwd == "header":
             header_cwd = header.get("cwd")
             cwd = header_cwd if isinstance(header_cwd, str) else None
         path = self.path_for(session_id, cwd=cwd, project=project, compression=compression)
         await asyncio.to_thread(self._replace, session_id, path, data)
 
-    async def append(self, session_id: str, records: Sequence[Mapping[str, Any]]) -> None:
-        """Append `records` as one batch (one frame), as another writer would."""
+    async def append(self, session_id: str, records: Sequence[Mapping[str, Any]], *, pack_chunks: bool = False) -> None:
+        """Append `records` as one batch (one frame), as another writer would (packed with `pack_chunks`)."""
         path = self.path_of(session_id)
         compression: Compression = "zstd" if path.endswith(".zstd") else "none"
-        await self.append_bytes(session_id, self.frame(_lines(records), compression=compression))
+        await self.append_bytes(
+            session_id, self.frame(_lines(records, pack_chunks=pack_chunks), compression=compression)
+        )
 
     async def damage_events(self, session_id: str) -> None:
         """Make the event region corrupt while the header stays listable.

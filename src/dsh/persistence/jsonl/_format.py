@@ -8,15 +8,18 @@ frame reports where its frame ends and verifies the content checksum), never fro
 byte scanner. The line scanner implements the torn-tail rule
 (docs/storage-format.md#torn-tails-and-repair): the log is valid up to its first defect, and the
 defect plus everything after it is a removable torn tail only if no later record carries a
-`turn/end`.
+`turn/end`. A packed chunk row written by the TypeScript harness (`_packed`) is expanded into the
+events it stands for as it is scanned; a malformed row is a defect of its line like any other.
 
 Hot path: a full read is dominated by `orjson.loads` per line, so the scanner accepts a line with two
-dict lookups (seq contiguity, packed-row type) and leaves every other check to the coordinator.
+dict lookups (seq contiguity, packed-row type) and leaves every other check to the coordinator. A
+line the fast loop does not accept (a packed row, a defect) goes through the careful path alone,
+and the fast loop resumes after it while the log is still clean.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -25,6 +28,7 @@ import zstandard
 
 from dsh.persistence.base import TornMarker, first_oversized_int
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
+from dsh.persistence.jsonl._packed import ROW_TYPES, MalformedRowError, expand_row
 from dsh.session.fastcheck import fast_check
 from dsh.session.header import SESSION_FORMAT_VERSION
 from dsh.session.ids import encode_segment
@@ -54,8 +58,8 @@ Compression = Literal["zstd", "none"]
 NO_CWD_DIR: Final = "_no-cwd"
 """The project directory of sessions whose header has no cwd (a literal, never escaped)."""
 
-PACKED_ROW_TYPES: Final = frozenset({"text-chunks", "reasoning-chunks", "tool-call-chunks"})
-"""Upstream packed chunk rows; a complete line of these types carrying `seq0` is refused for now."""
+PACKED_ROW_TYPES: Final = ROW_TYPES
+"""Upstream packed chunk rows; a complete line of one of these types is expanded (`_packed`)."""
 
 _SAFE: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _SEPARATORS: Final = frozenset("/\\:")
@@ -157,16 +161,6 @@ class LogContext:
         """A corruption error for this log."""
         return SessionCorruptionError(
             message + raw_log_suffix(self.location), session_id=self.session_id, location=self.location
-        )
-
-    def packed(self, line_no: int) -> SessionFormatUnsupportedError:
-        """The packed-chunk-row refusal (this build cannot read them yet)."""
-        who = f'session "{self.session_id}"' if self.session_id is not None else "session log"
-        return SessionFormatUnsupportedError(
-            f"{who} contains packed chunk rows (line {line_no}), which this build cannot read yet"
-            + raw_log_suffix(self.location),
-            session_id=self.session_id,
-            location=self.location,
         )
 
 
@@ -304,9 +298,11 @@ def check_identity(
 class _LineScanner:
     """Accepts contiguous records line by line and remembers the first defect.
 
-    `events` holds the accepted records (valid prefix). `issue` is the first defect's message; once
-    it is set no line is accepted any more, and a later complete line holding a `turn/end` raises
-    it, because the damage then lies in the committed region.
+    `events` holds the accepted records (valid prefix), a packed row contributing every event it
+    stands for. `issue` is the first defect's message; once it is set no line is accepted any
+    more, and a later complete line holding a `turn/end` raises it, because the damage then lies in
+    the committed region. Line numbers count physical lines (the header is line 1), so a packed
+    row is one line however many events it holds.
     """
 
     __slots__ = ("committed", "ctx", "issue", "line_no", "lines", "oversized_at", "types", "verdicts")
@@ -315,6 +311,7 @@ class _LineScanner:
         self.ctx = ctx
         # Accepted records are kept as their lines plus type and fast-check verdict (LineRecords):
         # the parsed dicts are dropped at once, which keeps a full read close to the bare parse.
+        # An expanded packed row contributes one synthesized line per event it stands for.
         self.lines: list[bytes] = []
         self.types: list[str] = []
         self.verdicts = bytearray()
@@ -328,73 +325,116 @@ class _LineScanner:
         lines = text.split(_NEWLINE)
         fragment = lines.pop()
         suspicious = self.oversized_at is None and text.translate(_DIGITS_TO_ZERO).find(_LONG_DIGIT_RUN) >= 0
-        start = 0
+        rest: Iterator[bytes] = iter(lines)
         if self.issue is None and not suspicious:
-            start = self._fast(lines)
-            if start == len(lines):
-                self.line_no += start
+            before = len(self.lines)
+            stop = self._fast(rest)
+            if stop is None:
+                # The common case: every line of the slice was a plain contiguous record.
+                self.line_no += len(self.lines) - before
                 self.committed += len(text) - len(fragment)
                 return fragment
-            self.committed += sum(map(len, lines[:start])) + start
-            self.line_no += start
-        for line in lines[start:] if start else lines:
+            while stop is not None:
+                self._count_fast(before)
+                self.line_no += 1
+                if not self._careful(stop, suspicious=False):
+                    break
+                before = len(self.lines)
+                stop = self._fast(rest)
+            else:
+                self._count_fast(before)
+                return fragment
+        for line in rest:
             self.line_no += 1
-            if self._slow(line):
-                self.committed += len(line) + 1
-                if suspicious and self.oversized_at is None and first_oversized_int((line,)) == 0:
-                    self.oversized_at = len(self.lines) - 1
+            self._careful(line, suspicious=suspicious)
         return fragment
 
-    def _fast(self, lines: list[bytes]) -> int:
-        """Accept lines while they are plain contiguous records; return how many were accepted."""
+    def _count_fast(self, before: int) -> None:
+        """Account for the lines `_fast` accepted since `before` (they are stored as read)."""
+        accepted = len(self.lines) - before
+        self.line_no += accepted
+        self.committed += sum(map(len, self.lines[before:])) + accepted
+
+    def _careful(self, line: bytes, *, suspicious: bool) -> bool:
+        """One line through `_slow`, advancing the committed offset and locating an oversized integer.
+
+        Returns whether the log is still clean (no defect recorded).
+        """
+        accepted = self._slow(line)
+        if not accepted:
+            return self.issue is None
+        self.committed += len(line) + 1
+        if suspicious and self.oversized_at is None and first_oversized_int((line,)) == 0:
+            self.oversized_at = len(self.lines) - accepted
+        return True
+
+    def _fast(self, lines: Iterator[bytes]) -> bytes | None:
+        """Accept lines while they are plain contiguous records; return the first line it did not
+        accept (consumed from `lines`), or None when `lines` ran out."""
         keep_line = self.lines.append
         keep_type = self.types.append
         keep_verdict = self.verdicts.append
         loads = orjson.loads
         check = fast_check
         packed = PACKED_ROW_TYPES
-        first = expected = len(self.lines)
+        expected = len(self.lines)
         for line in lines:
             try:
                 record = loads(line)
                 kind = record["type"]
                 if record["seq"] != expected or kind in packed:
-                    break
+                    return line
             except (ValueError, TypeError, KeyError):
-                break
+                # Not JSON, not an object, no seq (a packed row has `seq0`): the careful path decides.
+                return line
             keep_line(line)
             keep_type(kind)
             keep_verdict(check(record, expected))
             expected += 1
-        return expected - first
+        return None
 
     @property
     def events(self) -> LineRecords:
         """The accepted records (the valid prefix), as lines."""
         return LineRecords(self.lines, self.types, self.verdicts)
 
-    def _slow(self, line: bytes) -> bool:
-        """Classify one line after a defect or on a suspicious frame; True when it was accepted."""
+    def _slow(self, line: bytes) -> int:
+        """Classify one line after a defect, on a suspicious slice, or where the fast loop stopped.
+
+        Returns how many records it accepted: 0 (a defect, or a line after one), 1 (an event), or
+        the member count of a packed row.
+        """
         try:
             record: Any = orjson.loads(line)
         except orjson.JSONDecodeError:
             record = None
         is_end = False
+        members: list[dict[str, Any]] | None = None
+        malformed: str | None = None
         if isinstance(record, dict):
             kind = record.get("type")
             if type(kind) is str:
-                if kind in PACKED_ROW_TYPES and "seq0" in record:
-                    raise self.ctx.packed(self.line_no)
-                is_end = kind == "turn/end"
+                if kind in PACKED_ROW_TYPES:
+                    try:
+                        members = expand_row(record)
+                    except MalformedRowError as error:
+                        malformed = f"corrupt session log: malformed {kind} row at line {self.line_no} ({error})"
+                else:
+                    is_end = kind == "turn/end"
         if self.issue is not None:
             if is_end:
                 raise self.ctx.corrupt(self.issue)
-            return False
+            return 0
+        if malformed is not None:
+            # A packed row never holds a turn/end, so like an unparsable line it is a torn tail
+            # unless a later turn/end proves the writer went on committing.
+            self.issue = malformed
+            return 0
         if not isinstance(record, dict):
             self.issue = f"corrupt session log: unparsable committed event at line {self.line_no}"
-            return False
+            return 0
         expected = len(self.lines)
-        seq = record.get("seq")
+        seq = record.get("seq0") if members is not None else record.get("seq")
         if type(seq) is not int or seq != expected:
             message = (
                 f"corrupt session log: seq gap in committed region at line {self.line_no} "
@@ -403,11 +443,18 @@ class _LineScanner:
             if is_end:
                 raise self.ctx.corrupt(message)
             self.issue = message
-            return False
-        self.lines.append(line)
-        self.types.append(record.get("type"))  # type: ignore[arg-type]
-        self.verdicts.append(fast_check(record, expected))
-        return True
+            return 0
+        if members is None:
+            self.lines.append(line)
+            self.types.append(record.get("type"))  # type: ignore[arg-type]
+            self.verdicts.append(fast_check(record, expected))
+            return 1
+        for member in members:
+            self.lines.append(orjson.dumps(member))
+            self.types.append("assistant/chunk")
+            self.verdicts.append(fast_check(member, expected))
+            expected += 1
+        return len(members)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -428,7 +475,6 @@ def scan_events(data: bytes, start: int, compression: Compression, ctx: LogConte
 
     Raises:
         SessionCorruptionError: A defect in the committed region (or inside a complete zstd frame).
-        SessionFormatUnsupportedError: Packed chunk rows.
     """
     # Scans keep one line per record; pausing the collector keeps it from rescanning them.
     with collector_paused():
