@@ -4,9 +4,10 @@ Layer: top (above every service layer; the CLI and the server use it). `async wi
 Runtime.open(config) as rt:` builds, in order, the session store, persistence (JSONL+zstd under the
 home folder by default, SQLite for `sqlite:///...`, in-memory for `memory:`), the projection
 registry, the projection cache (SQLite file; if it refuses to open, the runtime logs one warning
-and runs without it), the query service, the live agent registry and the subagent runtime. It closes
-in the one order every hand-built stack must follow too: agents → subagents → sessions (dispose,
-which triggers the cache's mandatory writes) → cache → unit registrations → registry → persistence.
+and runs without it), the query service, the live agent registry and the subagent runtime (with this
+runtime as its agent host). It closes in the one order every hand-built stack must follow too: open
+turns cancelled → subagents drained child-first → remaining agents → sessions (dispose, which
+triggers the cache's mandatory writes) → cache → unit registrations → registry → persistence.
 
 Agents (docs/agent.md): `create_agent`, `resume_agent`, `run` and `settle` drive live agents on the
 runtime's model client — the one passed to `open(model=...)`, or an OpenAI-compatible client built
@@ -47,6 +48,7 @@ from dsh.session.session import Session
 from dsh.session.store import SessionStore, wall_clock_ms
 from dsh.subagent.runtime import SubagentRuntime
 from dsh.timer import Timer
+from dsh.tools import default_tools
 
 __all__ = ["Runtime", "backend_for"]
 
@@ -113,8 +115,8 @@ class Runtime:
         self._timer = timer
         self._backend = backend
         self._use_cache = use_cache
-        self.tools = ToolRegistry(tools)
-        """The tools every agent of this runtime offers its model."""
+        self.tools = ToolRegistry([*default_tools(config.subagent), *tools])
+        """The tools every agent of this runtime offers its model: the default set, then `tools`."""
         self.services = Services()
         self._opened = False
         self._closed = False
@@ -246,7 +248,7 @@ class Runtime:
         registry = ProjectionRegistry(sessions)
         services.projections = registry
         services.agents = AgentRegistry()
-        services.subagents = SubagentRuntime(services, config=config.subagent)
+        services.subagents = SubagentRuntime(services, config=config.subagent, host=self)
         if self._use_cache:
             services.projection_cache = await self._open_cache(registry, sessions, persistence)
         services.query = SessionQuery(sessions, persistence, projections=registry)
@@ -277,9 +279,11 @@ class Runtime:
     async def aclose(self) -> None:
         """Close every service in dependency order (docs/architecture.md#open-and-close-order); idempotent.
 
-        The subagent runtime and the session store close first, so nothing appends any more; the
-        projection cache then writes its final checkpoints while the units are still registered; only
-        then are the units released and the registry and persistence closed.
+        Admission stops and every open turn is cancelled (cause `disposed`, inboxes parked); the
+        subagent runtime then drains its continuable children child-first, and the remaining agents
+        close. The session store closes next, so nothing appends any more; the projection cache then
+        writes its final checkpoints while the units are still registered; only then are the units
+        released and the registry and persistence closed.
         """
         if self._closed or not self._opened:
             self._closed = True
@@ -299,9 +303,14 @@ class Runtime:
                 errors.append(error)
 
         if services.agents is not None:
-            await step(self._close_agents)
+            # No await between these cancels and the drain's admission cut-off below, so no tool body
+            # runs in between (docs/subagents.md#the-drain-on-close).
+            for agent in self.agents.list():
+                agent.cancel("disposed", keep_inbox=True)
         if services.subagents is not None:
             await step(services.subagents.aclose)
+        if services.agents is not None:
+            await step(self._close_agents)
         if services.sessions is not None:
             await step(services.sessions.aclose)
         if services.projection_cache is not None:
@@ -433,16 +442,20 @@ class Runtime:
         return await agent.turn_result(message_id)
 
     async def settle(self, timeout: float | None = 60) -> None:  # noqa: ASYNC109 - the documented signature
-        """Wait until every agent is idle with nothing claimable in its inbox.
+        """Wait until every agent is idle with nothing claimable in its inbox, and every settled
+        subagent has been disposed and its parent notice queued.
 
         Raises:
             TimeoutError: when that does not happen within `timeout` seconds.
         """
+        subagents = self.services.subagents
         async with asyncio.timeout(timeout):
             while True:
                 agents = self.agents.list()
                 await asyncio.gather(*(agent.wait_idle() for agent in agents))
-                # A turn may have sent work to another agent meanwhile: settle again until stable.
+                if subagents is not None:
+                    await subagents.settled()
+                # A turn (or a notice) may have sent work to another agent meanwhile: settle again until stable.
                 if all(not agent.busy for agent in self.agents.list()):
                     return
 

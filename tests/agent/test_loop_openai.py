@@ -43,7 +43,7 @@ async def test_a_streamed_answer_is_assembled_with_its_usage(tmp_path: Path, ope
     assert message["message"]["source"] == {"kind": "model", "provider": "openai-compatible", "model": "fake-chat"}
     sent = openai_server.requests[0]
     assert sent.body["model"] == "fake-chat"
-    assert [tool["function"]["name"] for tool in sent.body["tools"]] == ["echo"]
+    assert "echo" in [tool["function"]["name"] for tool in sent.body["tools"]]
     assert sent.body["stream_options"] == {"include_usage": True}
     assert sent.headers["authorization"] == f"Bearer {KEY}"
     assert result.output == "The answer is forty-two."

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from dsh.cli.main import app
 from dsh.config import Config
 from dsh.runtime import Runtime
-from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply
+from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeToolCall
 
 runner = CliRunner()
 KEY = "sk-cli-run-0123456789"
@@ -140,3 +140,37 @@ def test_sigint_cancels_the_turn_and_exits_130(tmp_path: Path) -> None:
     assert stored[-1].type == "turn/end"
     assert stored[-1].data["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}  # type: ignore[index]
     assert json.loads(rest.splitlines()[-1])["stopReason"] == "aborted"
+
+
+def test_run_delegates_to_a_background_child_that_answers_and_is_listed(
+    tmp_path: Path, openai_server: FakeOpenAIServer
+) -> None:
+    """On the fake server, a model that calls `agent` in the background starts a child that answers and is listed."""
+    arguments = json.dumps({"description": "Check facts", "prompt": "Reply OK.", "run_in_background": True})
+    # The parent's second step, the child's answer and the parent's notice turn may reach the server
+    # in any order, so those three replies are interchangeable.
+    openai_server.enqueue(
+        FakeReply(tool_calls=[FakeToolCall("agent", arguments, id="call_bg")]),
+        FakeReply(text="OK"),
+        FakeReply(text="OK"),
+        FakeReply(text="OK"),
+    )
+    env = _model_env(openai_server)
+    result = runner.invoke(app, ["--home", str(tmp_path), "run", "delegate it", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    parent_id = json.loads(result.stdout.splitlines()[-1])["sessionId"]
+    listed = runner.invoke(app, ["--home", str(tmp_path), "agents", parent_id, "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["kind"], row["mode"], row["label"], row["activity"]) == (
+        "child",
+        "continuable",
+        "Check facts",
+        "inactive",
+    )
+    child_events = asyncio.run(_events(tmp_path, row["id"]))
+    answers = [event for event in child_events if event.type == "assistant/message"]
+    assert answers, "the child never answered"
+    assert len(openai_server.requests) == 4
