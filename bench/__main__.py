@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["p5_cold_read", "p6_append", "p7_listing", "p123_catalog", "agent_loop"]
+BENCHMARKS = ["p5_cold_read", "p6_append", "p7_listing", "p123_catalog", "agent_loop", "catalog_load", "server_load"]
 
 
 def main(argv: list[str]) -> int:

@@ -86,11 +86,12 @@ def test_dsh_demo_runs_without_the_extra(tmp_path: Path) -> None:
 
 
 def test_testing_extra_declares_what_dsh_testing_needs() -> None:
-    """The `testing` extra holds the test tools and the fake model server's web stack; `dev` includes it."""
+    """The `testing` extra holds the test tools and the HTTP client; the web stack is a runtime dependency."""
     project = tomllib.loads((_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
     names = {requirement.split(">", 1)[0].split("=", 1)[0].strip() for requirement in extras["testing"]}
-    assert names == {"pytest", "pytest-asyncio", "hypothesis", "fastapi", "uvicorn", "httpx"}
+    assert names == {"pytest", "pytest-asyncio", "hypothesis", "httpx"}
     assert any(entry.startswith(f"{project['name']}[") and "testing" in entry for entry in extras["dev"])
     runtime = {requirement.split(">", 1)[0].split("=", 1)[0].strip() for requirement in project["dependencies"]}
-    assert not (runtime & (names - {"httpx"}))
+    assert {"fastapi", "uvicorn"} <= runtime
+    assert not (runtime & names)

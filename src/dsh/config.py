@@ -73,10 +73,17 @@ class SubagentConfig(_Section):
 
 
 class ServerConfig(_Section):
-    """`dsh serve` settings."""
+    """`dsh serve` settings (docs/server.md).
+
+    Attributes:
+        host: The address to listen on (`DSH_SERVER__HOST`); a non-loopback one needs `--allow-remote`.
+        port: The port (`DSH_SERVER__PORT`; 0 picks a free one).
+        max_body_bytes: The largest request body accepted (`DSH_SERVE_MAX_BODY_BYTES`, 1 MiB).
+    """
 
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
+    max_body_bytes: int = Field(default=1 << 20, ge=1, le=_MAX_INT32)
 
 
 class ModelConfig(_Section):
@@ -150,6 +157,7 @@ _FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "DSH_MODEL_MAX_RETRIES": ("model", "max_retries"),
     "DSH_MODEL_MAX_TOKENS": ("model", "max_tokens"),
     "DEEPSEEK_API_KEY": ("model", "deepseek_api_key"),
+    "DSH_SERVE_MAX_BODY_BYTES": ("server", "max_body_bytes"),
 }
 """Flat names of section fields. An empty flat variable counts as unset; when both a flat name and
 the nested `DSH_<SECTION>__<FIELD>` are set, the nested one wins (it is the canonical spelling)."""

@@ -97,6 +97,7 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE   listing subagents without a projection registry
     SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE listing subagents without a session store
     SUBAGENT_CONTROL_QUERY_UNAVAILABLE         listing subagents without a session query service
+    SUBAGENT_CONTROL_UNITS_UNAVAILABLE         listing subagents without the subagent projection unit
     CANCELLED                                  a subagent listing observed caller cancellation
     DUPLICATE_PROVIDER                         a subagent provider name is already registered
     NO_PROVIDER                                a subagent provider name is not registered

@@ -9,6 +9,11 @@ runtime as its agent host). It closes in the one order every hand-built stack mu
 turns cancelled → subagents drained child-first → remaining agents → sessions (dispose, which
 triggers the cache's mandatory writes) → cache → unit registrations → registry → persistence.
 
+`Runtime.open(config, read_only=True)` is the open every read-only command uses
+(docs/storage-format.md#read-only-opens): it creates no folder, file or table, opens SQLite files
+with `mode=ro`, runs without the projection cache when `cache.sqlite3` is absent, refuses a missing
+store with one clear error (`STORE_MISCONFIGURED`), and starts no agents.
+
 Agents (docs/agent.md): `create_agent`, `resume_agent`, `run` and `settle` drive live agents on the
 runtime's model client — the one passed to `open(model=...)`, or an OpenAI-compatible client built
 from `config.model` on first use (so a runtime without a key works until a model is needed).
@@ -20,6 +25,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +43,7 @@ from dsh.config import Config
 from dsh.errors import ConfigError
 from dsh.persistence.base import StorageBackend
 from dsh.persistence.coordinator import PersistenceCoordinator
+from dsh.persistence.errors import StoreMisconfiguredError
 from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
 from dsh.projection.cache_storage import SqliteCacheStorage
 from dsh.projection.errors import ProjectionError
@@ -62,13 +69,16 @@ def _owned_by_subagent(session_id: str) -> AgentError:
 _log = logging.getLogger(__name__)
 
 
-def backend_for(config: Config) -> StorageBackend:
-    """The storage backend `config` selects (JSONL+zstd under `home/sessions` by default)."""
+def backend_for(config: Config, *, read_only: bool = False) -> StorageBackend:
+    """The storage backend `config` selects (JSONL+zstd under `home/sessions` by default).
+
+    With `read_only`, the file backends create and change nothing (docs/storage-format.md#read-only-opens).
+    """
     url = config.database_url
     if url is None:
         from dsh.persistence.jsonl import JsonlBackend
 
-        return JsonlBackend(config.sessions_dir)
+        return JsonlBackend(config.sessions_dir, read_only=read_only)
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         from dsh.persistence.sqlite import SqliteBackend
@@ -77,7 +87,7 @@ def backend_for(config: Config) -> StorageBackend:
         # `sqlite://` alone selects the default file in the home folder.
         raw = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else ""
         path = Path(raw).expanduser().resolve() if raw else config.home / "sessions.sqlite3"
-        return SqliteBackend(path)
+        return SqliteBackend(path, read_only=read_only)
     if parsed.scheme == "memory":
         from dsh.persistence.memory import MemoryBackend
 
@@ -86,6 +96,21 @@ def backend_for(config: Config) -> StorageBackend:
         f"database_url scheme {parsed.scheme!r} is not supported by this build "
         "(use sqlite:///<path>, memory:, or leave it unset for JSONL under the home folder)"
     )
+
+
+def _check_home_for_reading(config: Config) -> None:
+    """A read-only open never creates the home: a missing one is a missing store (one clear error)."""
+    home = config.home
+    uses_home = config.database_url is None or config.database_url in ("sqlite://", "sqlite:///")
+    if not uses_home:
+        return
+    if not os.path.lexists(home):
+        raise StoreMisconfiguredError(
+            f"no dsh home at {home}: nothing has been stored there yet (a read-only command creates no folder)",
+            location=str(home),
+        )
+    if not os.path.isdir(home):
+        raise StoreMisconfiguredError(f"the dsh home {home} is not a directory", location=str(home))
 
 
 class Runtime:
@@ -102,9 +127,12 @@ class Runtime:
         timer: Timer | None = None,
         backend: StorageBackend | None = None,
         use_cache: bool = True,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(config, Config):
             raise ConfigError("Runtime.open expects a dsh.Config")
+        if type(read_only) is not bool:
+            raise ConfigError("read_only must be a bool")
         if ids is not None and not isinstance(ids, IdFactory):
             raise ConfigError("ids must be an IdFactory (session, message, call and run methods)")
         self.config = config
@@ -115,6 +143,8 @@ class Runtime:
         self._timer = timer
         self._backend = backend
         self._use_cache = use_cache
+        self.read_only = read_only
+        """Opened read-only: nothing is created or changed, and no agent starts."""
         self.tools = ToolRegistry([*default_tools(config.subagent), *tools])
         """The tools every agent of this runtime offers its model: the default set, then `tools`."""
         self.services = Services()
@@ -134,6 +164,7 @@ class Runtime:
         timer: Timer | None = None,
         backend: StorageBackend | None = None,
         use_cache: bool = True,
+        read_only: bool = False,
     ) -> Runtime:
         """A runtime to enter with `async with` (config errors are raised here, before any service starts).
 
@@ -148,6 +179,10 @@ class Runtime:
             timer: The persistence and cache timer (tests drive a manual one).
             backend: A storage backend to use instead of the one `config.database_url` selects.
             use_cache: Open the projection cache.
+            read_only: Create and change nothing (docs/storage-format.md#read-only-opens): the
+                home is not created, SQLite files open with `mode=ro`, the projection cache is
+                used only when its file exists, and no agent starts. A `backend` passed in is used
+                as given. A missing store raises `StoreMisconfiguredError` when entered.
         """
         return cls(
             config if config is not None else Config(),
@@ -158,6 +193,7 @@ class Runtime:
             timer=timer,
             backend=backend,
             use_cache=use_cache,
+            read_only=read_only,
         )
 
     # ---------------------------------------------------------------- accessors
@@ -230,7 +266,9 @@ class Runtime:
         self._opened = True
         config = self.config
         services = self.services
-        backend = self._backend if self._backend is not None else backend_for(config)
+        if self.read_only and self._backend is None:
+            await asyncio.to_thread(_check_home_for_reading, config)
+        backend = self._backend if self._backend is not None else backend_for(config, read_only=self.read_only)
         sessions = SessionStore(clock=self._clock, id_factory=self._ids.session)
         services.sessions = sessions
         persistence = PersistenceCoordinator(
@@ -257,10 +295,16 @@ class Runtime:
     async def _open_cache(
         self, registry: ProjectionRegistry, sessions: SessionStore, persistence: PersistenceCoordinator
     ) -> ProjectionCache | None:
+        path = self.config.cache_path
+        if self.read_only and not await asyncio.to_thread(os.path.lexists, path):
+            return None  # derived data: a read-only runtime runs without a cache it would have to create
         try:
-            storage = await SqliteCacheStorage.open(self.config.cache_path)
+            storage = await SqliteCacheStorage.open(path, read_only=self.read_only)
         except ProjectionError as error:
-            _log.warning("projection cache unavailable, running without it: %s", error)
+            if self.read_only:
+                _log.info("projection cache not used by this read-only run: %s", error)
+            else:
+                _log.warning("projection cache unavailable, running without it: %s", error)
             return None
         cache_config = ProjectionCacheConfig(
             write_every_events=self.config.cache.write_every_events,
@@ -460,6 +504,8 @@ class Runtime:
                     return
 
     def _refuse_closing(self) -> None:
+        if self.read_only:
+            raise ConfigError("this runtime was opened read-only and starts no agents")
         if self._closing:
             raise AgentError("the runtime is closing and starts no agents", code="AGENT_CLOSING")
 

@@ -1,4 +1,4 @@
-"""The `dsh` command line: help texts, the demo, and `dsh agents` over a home folder."""
+"""The `dsh` command line: help texts, exit codes, and `dsh agents` over a home folder."""
 
 from __future__ import annotations
 
@@ -117,7 +117,8 @@ def test_agents_of_an_unknown_parent_is_empty(tmp_path: Path) -> None:
     """An unknown parent id lists `[]` with exit 0, not an error (docs/catalog.md#accepted-deviations)."""
     result = runner.invoke(app, ["--home", str(tmp_path), "agents", "nobody", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == []
+    assert json.loads(result.stdout) == []
+    assert result.stderr == f"no session nobody in {tmp_path}\n"
 
 
 def test_bad_database_url_exits_with_the_configuration_code(tmp_path: Path) -> None:
@@ -144,18 +145,3 @@ def test_bad_database_url_exits_with_the_configuration_code(tmp_path: Path) -> N
 def test_error_families_map_to_exit_codes(error: BaseException, code: int) -> None:
     """The one exit-code table maps error families to the documented codes."""
     assert exit_code_for(error) == code
-
-
-def test_demo_shows_live_and_cold_catalogs_with_a_corrupt_row(tmp_path: Path) -> None:
-    """`dsh demo --plain` runs keyless, lists live then cold, and shows a `corrupt` diagnostic row."""
-    home = tmp_path / "home"
-    result = runner.invoke(app, ["demo", "--home", str(home), "--plain"])
-    assert result.exit_code == 0, result.output
-    output = result.output
-    live, cold = output.split("== 5. Cold catalog", 1)
-    assert "running" in live
-    assert "1 live" in live
-    assert "(diagnostic): corrupt" in cold
-    assert "2 cache" in cold
-    assert "3 log" in cold
-    assert "running" not in cold.split("list_descendants")[0]

@@ -61,7 +61,6 @@ __all__ = [
     "plain",
     "running",
     "store_path",
-    "tree_digest",
     "upstream_session",
 ]
 
@@ -131,16 +130,6 @@ def digest(path: str | os.PathLike[str]) -> str:
     """SHA-256 of a file's bytes."""
     with open(path, "rb") as handle:
         return hashlib.sha256(handle.read()).hexdigest()
-
-
-def tree_digest(root: str | os.PathLike[str]) -> dict[str, str]:
-    """Path -> SHA-256 of every file under `root` (proves a read path changed nothing)."""
-    out: dict[str, str] = {}
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = os.path.join(directory, name)
-            out[path] = digest(path)
-    return out
 
 
 class _CountedFile:

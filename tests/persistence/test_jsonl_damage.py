@@ -20,13 +20,13 @@ from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsuppor
 from dsh.persistence.jsonl import encode_batch
 from dsh.testing.jsonl_writer import JsonlLogWriter, frame_spans
 from dsh.testing.stored_logs import build_records, stored_header
+from tests.helpers import tree_snapshot
 from tests.persistence.helpers import (
     closed_records,
     make_backend,
     make_writer,
     open_step_records,
     running,
-    tree_digest,
 )
 
 
@@ -63,9 +63,9 @@ async def test_raw_fragment_is_kept_by_inspect_and_repaired_by_prepare(tmp_path:
     clean = Path(path).read_bytes()
     await writer.append_bytes("s1", b'{"type":"tool/result","seq":')
     async with running(make_backend(root, "none")) as (coordinator, _):
-        before = tree_digest(root)
+        before = tree_snapshot(root)
         observation = await coordinator.inspect("s1")
-        assert tree_digest(root) == before
+        assert tree_snapshot(root) == before
         assert observation.synthetic_tail == 3  # tool/result (outcome unknown), step/end, turn/end
         assert [event["seq"] for event in observation.events] == list(range(len(records) + 3))
         async with await coordinator.prepare("s1") as prepared:
@@ -83,19 +83,25 @@ async def test_raw_fragment_is_kept_by_inspect_and_repaired_by_prepare(tmp_path:
 
 
 async def test_raw_garbage_then_log_only_events_is_a_torn_tail(tmp_path: Path) -> None:
-    """Raw garbage followed only by log-only events reads as a torn tail and is cut by prepare."""
+    """Raw garbage followed only by log-only events reads as a torn tail; prepare cuts it and keeps a copy."""
     root = tmp_path / "sessions"
     writer = make_writer(root, "none")
-    records = open_step_records()
+    records = open_step_records(calls=())
+    assert records[-1]["type"] == "assistant/chunk"
     await writer.write("s1", stored_header("s1"), records[:-1])
-    await writer.append_bytes("s1", b"#garbage#\n" + encode_batch(records[-1:]))
+    tail = b"#garbage#\n" + encode_batch(records[-1:])
+    await writer.append_bytes("s1", tail)
     async with running(make_backend(root, "none")) as (coordinator, _):
         observation = await coordinator.inspect("s1")
         assert [event.type for event in observation.events][: len(records) - 1] == [r["type"] for r in records[:-1]]
         assert observation.synthetic_tail == 2
+        assert observation.torn_tail
         async with await coordinator.prepare("s1"):
             pass
-    assert b"#garbage#" not in Path(writer.path_of("s1")).read_bytes()
+    path = Path(writer.path_of("s1"))
+    assert b"#garbage#" not in path.read_bytes()
+    copies = sorted(path.parent.glob("session.jsonl.torn-*"))
+    assert [copy.read_bytes() for copy in copies] == [tail]
 
 
 async def test_raw_garbage_before_turn_end_is_corrupt(tmp_path: Path) -> None:
@@ -106,12 +112,12 @@ async def test_raw_garbage_before_turn_end_is_corrupt(tmp_path: Path) -> None:
     await writer.write("s1", stored_header("s1"), records[:3])
     await writer.append_bytes("s1", b"#garbage#\n" + encode_batch(records[3:]))
     async with running(make_backend(root, "none")) as (coordinator, _):
-        before = tree_digest(root)
+        before = tree_snapshot(root)
         for attempt in (coordinator.inspect, coordinator.prepare):
             with pytest.raises(SessionCorruptionError) as caught:
                 await attempt("s1")
             assert caught.value.location == writer.path_of("s1")
-        assert tree_digest(root) == before
+        assert tree_snapshot(root) == before
 
 
 def _big_open_step() -> list[dict[str, Any]]:
@@ -142,9 +148,9 @@ async def test_torn_zstd_frame_is_recovered_and_rewritten_in_one_frame(tmp_path:
     path = writer.path_of("s1")
     prefix = Path(path).read_bytes()[:torn_start]
     async with running(make_backend(root, "zstd")) as (coordinator, _):
-        before = tree_digest(root)
+        before = tree_snapshot(root)
         observation = await coordinator.inspect("s1")
-        assert tree_digest(root) == before
+        assert tree_snapshot(root) == before
         stored = len(observation.events) - observation.synthetic_tail
         recovered = stored - len(head)
         if at == "magic":
@@ -200,14 +206,14 @@ async def test_flipped_byte_in_complete_frame_is_corrupt(tmp_path: Path) -> None
     await writer.write("s1", stored_header("s1"), records, batches=[6, len(records) - 6])
     await writer.flip_byte("s1", frame=2)
     async with running(make_backend(root, "zstd")) as (coordinator, _):
-        before = tree_digest(root)
+        before = tree_snapshot(root)
         outcomes = await _read_paths(coordinator, "s1")
         assert isinstance(outcomes[0], SessionCorruptionError)
         assert isinstance(outcomes[1], SessionCorruptionError)
         assert outcomes[2] is None  # revision reads never decode events
         with pytest.raises(SessionCorruptionError):
             await coordinator.prepare("s1")
-        assert tree_digest(root) == before
+        assert tree_snapshot(root) == before
 
 
 async def test_complete_frame_ending_mid_record_is_corrupt(tmp_path: Path) -> None:
@@ -360,10 +366,10 @@ async def test_read_paths_never_modify_damaged_logs(tmp_path: Path, compression:
     await writer.write("future", dict(stored_header("future"), version=3), records)
     await writer.write("open", stored_header("open"), records)
     async with running(make_backend(root, compression)) as (coordinator, _):
-        before = tree_digest(root)
+        before = tree_snapshot(root)
         for session_id in ("torn", "corrupt", "mismatch", "future", "open"):
             await _read_paths(coordinator, session_id)
-        assert tree_digest(root) == before
+        assert tree_snapshot(root) == before
 
 
 async def test_damage_events_fixture_is_corruption(tmp_path: Path, compression: str) -> None:

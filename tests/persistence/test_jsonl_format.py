@@ -180,7 +180,7 @@ def test_raw_final_fragment_is_torn() -> None:
 
 def test_raw_garbage_before_log_only_events_is_torn() -> None:
     """Garbage followed only by log-only events is a torn tail starting at the garbage line."""
-    records = open_step_records()
+    records = open_step_records(calls=())
     keep = records[:-2]
     data, start = _raw(keep)
     cut = len(data)
@@ -189,6 +189,26 @@ def test_raw_garbage_before_log_only_events_is_torn() -> None:
     assert scan.events == keep
     assert scan.torn is not None
     assert scan.torn.truncate_to == cut
+    assert (scan.torn.removed_bytes, scan.torn.removed_records) == (len(data) - cut, 2)
+
+
+def test_raw_garbage_before_a_message_of_an_open_turn_is_a_torn_tail_counting_it() -> None:
+    """Garbage then a message but no `turn/end` is a torn tail whose complete records are counted for the copy."""
+    records = open_step_records()
+    assert records[-1]["type"] == "assistant/message"
+    data, start = _raw(records[:-1], b"{garbled\n" + encode_batch(records[-1:]))
+    scan = scan_events(data, start, "none", CTX)
+    assert scan.torn is not None
+    assert scan.torn.removed_records == 1
+
+
+def test_a_bare_fragment_holds_no_complete_record() -> None:
+    """A final fragment without a newline is a torn tail that removes bytes but no complete record."""
+    records = closed_records(1)
+    data, start = _raw(records, b'{"type":"turn/start","se')
+    scan = scan_events(data, start, "none", CTX)
+    assert scan.torn is not None
+    assert (scan.torn.removed_bytes, scan.torn.removed_records) == (len(b'{"type":"turn/start","se'), 0)
 
 
 def test_raw_garbage_before_turn_end_is_corrupt() -> None:
@@ -200,16 +220,23 @@ def test_raw_garbage_before_turn_end_is_corrupt() -> None:
 
 
 def test_raw_seq_gap_rules() -> None:
-    """A seq gap on a `turn/end` line is corruption at once; on another line it starts a torn tail."""
+    """A seq gap on a `turn/end` line is corruption at once; on any other line it starts a torn tail."""
     records = open_step_records()
     data, start = _raw(records, _turn_end(len(records) + 3) + b"\n")
     with pytest.raises(SessionCorruptionError, match="seq gap in committed region"):
         scan_events(data, start, "none", CTX)
-    skipped = dict(records[-1], seq=len(records) + 5)
-    data, start = _raw([*records, skipped])
+    message = dict(records[-1], seq=len(records) + 5)
+    data, start = _raw([*records, message])
     scan = scan_events(data, start, "none", CTX)
     assert scan.events == records
     assert scan.torn is not None
+    chunk = dict(records[-2], seq=len(records) + 5)
+    assert chunk["type"] == "assistant/chunk"
+    data, start = _raw([*records, chunk])
+    scan = scan_events(data, start, "none", CTX)
+    assert scan.events == records
+    assert scan.torn is not None
+    assert scan.torn.removed_records == 1
 
 
 def test_raw_unparsable_and_non_object_lines() -> None:

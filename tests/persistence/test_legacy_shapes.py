@@ -28,7 +28,8 @@ from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsuppor
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
 from dsh.testing.stored_logs import MemoryStoredLogWriter, stored_header
 from dsh.testing.upstream_logs import UpstreamLogBuilder
-from tests.persistence.helpers import digest, make_backend, make_writer, plain, running, upstream_session
+from tests.helpers import tree_snapshot
+from tests.persistence.helpers import make_backend, make_writer, plain, running, upstream_session
 
 
 def _event(kind: str, seq: int, data: Any, **extra: Any) -> dict[str, Any]:
@@ -231,13 +232,13 @@ async def test_reading_and_resuming_never_rewrite_the_stored_shapes(tmp_path: Pa
     writer = make_writer(root, "none")
     await writer.write(legacy.session_id, stored_header(legacy.session_id), legacy.stored, batches=legacy.batches)
     path = writer.path_of(legacy.session_id)
-    before = digest(path)
+    before = tree_snapshot(root)
     original = Path(path).read_bytes()
     async with running(make_backend(root, "none")) as (coordinator, store):
         await coordinator.inspect(legacy.session_id)
-        assert digest(path) == before
+        assert tree_snapshot(root) == before
         prepared = await coordinator.prepare(legacy.session_id)
-        assert digest(path) == before
+        assert tree_snapshot(root) == before
         session = prepared.publish()
         session.append("turn/start", {"turn": 2})
         user = {"id": "u-new", "role": "user", "content": [], "source": {"kind": "user"}}

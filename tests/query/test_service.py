@@ -107,6 +107,7 @@ def test_the_public_names_are_pinned() -> None:
         "HistoryPage",
         "LineageNode",
         "QueryConfig",
+        "SessionCorpus",
         "SessionLineage",
         "SessionObservation",
         "SessionQuery",

@@ -293,6 +293,7 @@ def test_subagent_error_codes_are_a_closed_set() -> None:
         "SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE",
         "SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE",
         "SUBAGENT_CONTROL_QUERY_UNAVAILABLE",
+        "SUBAGENT_CONTROL_UNITS_UNAVAILABLE",
         "CANCELLED",
     }
     with pytest.raises(TypeError):

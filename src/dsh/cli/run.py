@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -30,6 +29,7 @@ from dsh.agent.messages import UserSource
 from dsh.agent.model import ModelChunk, ModelClient, TextDelta
 from dsh.cli.app import Globals, app, fail
 from dsh.cli.errors import EXIT_CODES, exit_code_for_code
+from dsh.cli.text import cell, json_text, safe
 from dsh.query.summary import event_summary, is_summarised
 from dsh.session.events import SessionEvent
 from dsh.session.session import Session
@@ -45,7 +45,7 @@ class _Outcome:
 
 
 def _line(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json_text(value, compact=True)
 
 
 def _write(text: str) -> None:
@@ -58,11 +58,6 @@ def _write(text: str) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-
-
-def _escape(text: str) -> str:
-    """Control characters shown escaped, so model text cannot drive the terminal (newlines and tabs stay)."""
-    return "".join(ch if ch in "\n\t" or (ch.isprintable() and ch != "\x1b") else f"\\x{ord(ch):02x}" for ch in text)
 
 
 class _Printer:
@@ -94,7 +89,7 @@ class _Printer:
         if self.as_json or not isinstance(chunk, TextDelta):
             return
         self.stop_spinner()
-        text = _escape(chunk.text)
+        text = safe(chunk.text, newlines=True)
         _write(text)
         self.ended_with_newline = text.endswith("\n")
 
@@ -110,7 +105,7 @@ class _Printer:
         data = event.data if isinstance(event.data, dict) else {}
         if event.type == "tool/call":
             self.newline()
-            self.stderr.print(f"→ {_escape(str(data.get('name')))} {_escape(str(data.get('arguments')))}", markup=False)
+            self.stderr.print(cell(f"→ {safe(data.get('name'))} {safe(data.get('arguments'))}"))
         elif event.type == "tool/result":
             summary = event_summary(session.id, event).get("summary", {})
             failed = isinstance(summary, dict) and summary.get("isError")
@@ -238,5 +233,5 @@ def run(
         raise typer.Exit(EXIT_CODES["interrupted"])
     if result is not None and result.stop_reason == "error" and result.error is not None:
         code = str(result.error.get("code", ""))
-        typer.echo(f"error [{code}]: {_escape(str(result.error.get('message', '')))}", err=True)
+        typer.echo(safe(f"error [{code}]: {result.error.get('message', '')}"), err=True)
         raise typer.Exit(exit_code_for_code(code))

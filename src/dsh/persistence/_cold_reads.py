@@ -33,8 +33,9 @@ from dsh.persistence.base import (
     typed_reads_of,
 )
 from dsh.persistence.errors import SessionLiveError, SessionNotFoundError
+from dsh.persistence.headers import read_stored_header
 from dsh.session.events import KNOWN_EVENT_TYPES
-from dsh.session.header import SessionHeader, StoredHeaderError
+from dsh.session.header import StoredHeaderError
 from dsh.session.stored import StoredEvents
 
 if TYPE_CHECKING:
@@ -79,11 +80,14 @@ class ColdReader:
         damaged = list(damaged)
         for record, revision in records:
             try:
-                header, _cut = SessionHeader.from_stored(record)
+                header, _cut = read_stored_header(record)
             except StoredHeaderError as error:
                 code = "SESSION_FORMAT_UNSUPPORTED" if error.version_problem else "SESSION_CORRUPT"
-                location = self._location(record) or str(record.get("id"))
-                damaged.append(DamagedSession(location, code, f"stored session header failed validation: {error}"))
+                stored_id = record.get("id")
+                known_id = stored_id if type(stored_id) is str else None
+                location = self._location(record) or str(stored_id)
+                message = f"stored session header failed validation: {error}"
+                damaged.append(DamagedSession(location, code, message, session_id=known_id))
                 continue
             if parent_session is not None and header.parent_session != parent_session:
                 continue
@@ -302,8 +306,22 @@ class ColdReader:
     async def _repair(self, validated: ValidatedLog, reservation: Reservation) -> ValidatedLog:
         """Commit the torn-tail removal and closers durably (id lock held, shielded)."""
         header = validated.header.to_stored(validated.inherited_event_count)
-        revision = await self._state.backend.commit_repair(
-            header, validated.torn, validated.closers, fence=reservation.fence
+        torn = validated.torn
+        revision = await self._state.backend.commit_repair(header, torn, validated.closers, fence=reservation.fence)
+        removed_bytes = torn.removed_bytes if torn is not None else 0
+        removed_records = torn.removed_records if torn is not None else 0
+        # One WARNING per repair (docs/storage-format.md#torn-tails-and-repair): what it removed
+        # and what it appended, so a repair is never silent.
+        _log.warning(
+            '%s: repaired stored session "%s"%s: removed %d bytes holding %d complete records%s, '
+            "appended %d closing events",
+            self._state.backend.name,
+            reservation.session_id,
+            f" at {validated.location}" if validated.location else "",
+            removed_bytes,
+            removed_records,
+            " (copied beside the log as <log>.torn-<epoch ms>)" if removed_records else "",
+            len(validated.closers),
         )
         self._state.lru.pop(reservation.session_id)
         repaired = ValidatedLog(

@@ -34,6 +34,7 @@ def observation_of(validated: ValidatedLog) -> PersistenceObservation:
         revision=validated.revision,
         live=False,
         synthetic_tail=validated.synthetic_tail,
+        torn_tail=validated.torn is not None,
     )
 
 

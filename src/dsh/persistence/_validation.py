@@ -2,7 +2,7 @@
 
 Layer: persistence (private to the coordinator). Every `load` result crosses this pipeline once,
 above the backends, so each rule is written once and reuses the session layer's own checks: the
-stored header (`SessionHeader.from_stored`, version first), identity, the migration of older
+stored header (`read_stored_header`, version first), identity, the migration of older
 upstream shapes (one function per shape, below; the stored bytes are never rewritten), the format
 refusals over the *whole* log (unknown non-ignorable types, retired vocabulary, integers outside
 signed 64 bits), then the per-event rules (`check_records`: envelope, `seq == i`, data shapes,
@@ -29,6 +29,7 @@ from dsh.persistence.errors import (
     SessionPersistenceError,
     raw_log_suffix,
 )
+from dsh.persistence.headers import read_stored_header
 from dsh.session.events import SessionEvent, data_problem, envelope_problem, legacy_problem
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.repair import interrupted_turn_closers
@@ -93,7 +94,7 @@ def _corrupt(session_id: str, inner: str, location: str | None) -> SessionCorrup
 def _header(session_id: str, log: StoredLog, location: str | None) -> tuple[SessionHeader, int]:
     """The first checks: the stored header (version first) and the identity rule."""
     try:
-        header, cut = SessionHeader.from_stored(log.header)
+        header, cut = read_stored_header(log.header)
     except StoredHeaderError as error:
         if error.version_problem:
             found = error.found_version

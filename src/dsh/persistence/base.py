@@ -67,11 +67,20 @@ class StoredSessionInfo:
 
 @dataclass(frozen=True, slots=True)
 class DamagedSession:
-    """A stored session left out of a listing because its header cannot be read."""
+    """A stored entry left out of a listing because it cannot be read or trusted.
+
+    Attributes:
+        location: The artifact or folder path (file stores), else the session id.
+        code: The error code of the failure (`SESSION_CORRUPT`, `PERSISTENCE_IO`, ...).
+        message: What is wrong, for people.
+        session_id: The session id when the backend knows it (the header's, or the one a folder
+            name encodes), else None.
+    """
 
     location: str
     code: str
     message: str
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +107,8 @@ class PersistenceObservation:
     revision: Revision | None
     live: bool
     synthetic_tail: int
+    torn_tail: bool = False
+    """A torn tail was found after the stored events (it stays on disk until `prepare` repairs it)."""
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix."""
@@ -126,10 +137,21 @@ class Fence:
 
 @dataclass(frozen=True, slots=True)
 class TornMarker:
-    """Where a torn tail starts and the complete records recovered from a torn final frame."""
+    """Where a torn tail starts and the complete records recovered from a torn final frame.
+
+    Attributes:
+        truncate_to: The byte offset the repair truncates the log to.
+        recovered_events: Complete records of a torn final frame, rewritten by the repair.
+        removed_bytes: How many bytes the truncation removes.
+        removed_records: How many complete, parseable records the removed bytes hold that are not
+            recovered; when nonzero the repair keeps a copy of the removed bytes beside the log
+            (docs/storage-format.md#torn-tails-and-repair).
+    """
 
     truncate_to: int
     recovered_events: tuple[Mapping[str, Any], ...] = ()
+    removed_bytes: int = 0
+    removed_records: int = 0
 
 
 @dataclass(frozen=True, slots=True)

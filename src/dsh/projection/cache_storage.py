@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
+from urllib.parse import quote
 
 import orjson
 
@@ -37,6 +38,7 @@ __all__ = [
     "SqliteCacheStorage",
     "decode_rows",
     "encode_rows",
+    "quick_check",
 ]
 
 _log = logging.getLogger(__name__)
@@ -193,30 +195,40 @@ class SqliteCacheStorage:
     """The default storage: `$DSH_HOME/cache.sqlite3`, one STRICT table, WAL, one worker thread.
 
     Open with `await SqliteCacheStorage.open(path)`; it refuses a file that belongs to something else.
+    `open(path, read_only=True)` opens an existing cache with `mode=ro` and creates nothing (no
+    folder, file, table or journal-mode change); its writes are dropped, since the cache is derived
+    data (docs/storage-format.md#projection-cache-file).
     """
 
-    def __init__(self, path: Path, connection: sqlite3.Connection, executor: ThreadPoolExecutor) -> None:
+    def __init__(
+        self, path: Path, connection: sqlite3.Connection, executor: ThreadPoolExecutor, *, read_only: bool = False
+    ) -> None:
         self.path = path
+        self.read_only = read_only
         self._connection: sqlite3.Connection | None = connection
         self._executor = executor
         self._warn = _WarnOnce()
 
     @classmethod
-    async def open(cls, path: Path | str, *, busy_timeout_ms: int = 5000) -> SqliteCacheStorage:
-        """Open or create the cache file.
+    async def open(
+        cls, path: Path | str, *, busy_timeout_ms: int = 5000, read_only: bool = False
+    ) -> SqliteCacheStorage:
+        """Open or create the cache file (read-only: open an existing one, create nothing).
 
         Raises:
-            ProjectionError: `PROJECTION_CACHE_UNAVAILABLE` for a foreign or unusable file.
+            ProjectionError: `PROJECTION_CACHE_UNAVAILABLE` for a foreign or unusable file, and
+                (read-only) for a missing file or a cache of another schema version.
         """
         target = Path(path)
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsh-cache")
         loop = asyncio.get_running_loop()
+        opener = _open_read_only if read_only else _open_connection
         try:
-            connection = await loop.run_in_executor(executor, _open_connection, target, busy_timeout_ms)
+            connection = await loop.run_in_executor(executor, opener, target, busy_timeout_ms)
         except BaseException:
             executor.shutdown(wait=False)
             raise
-        return cls(target, connection, executor)
+        return cls(target, connection, executor, read_only=read_only)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         if self._connection is None:
@@ -243,7 +255,9 @@ class SqliteCacheStorage:
         return CacheRecord(CacheIdentity(created_at, cwd, cut), rows, updated_at)
 
     async def put(self, session_id: SessionId, record: CacheRecord) -> None:
-        """Upsert the whole record."""
+        """Upsert the whole record (dropped when opened read-only)."""
+        if self.read_only:
+            return
         identity = record.identity
         await self._run(
             _upsert,
@@ -264,7 +278,9 @@ class SqliteCacheStorage:
         )
 
     async def delete(self, session_id: SessionId) -> None:
-        """Remove the record."""
+        """Remove the record (nothing is removed when opened read-only)."""
+        if self.read_only:
+            return
         await self._run(_delete, session_id)
 
     async def aclose(self) -> None:
@@ -348,6 +364,66 @@ def _open_once(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
         connection.close()
         raise
     return connection
+
+
+def _open_read_only(path: Path, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open an existing cache with `mode=ro`: check ownership and schema, change nothing.
+
+    A cache of another schema version is refused (a writing open would rebuild it), so a read-only
+    runtime simply runs without it.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise _unavailable(f"no projection cache at {path}") from None
+    except OSError as error:
+        raise _unavailable(f"cannot open projection cache {path}: {error}") from error
+    if not stat.S_ISREG(info.st_mode):
+        raise _unavailable(f"projection cache {path} is not a regular file")
+    if info.st_size == 0:
+        raise _unavailable(f"projection cache {path} is an empty file")
+    try:
+        connection = sqlite3.connect(
+            f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.Error as error:
+        raise _unavailable(f"cannot open projection cache {path}: {error}") from error
+    try:
+        connection.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        connection.execute("PRAGMA query_only=ON")
+        connection.execute("BEGIN")
+        try:
+            tables = _owned_tables(connection, path)
+            version = connection.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            connection.execute("COMMIT")
+        if tables is None or version != CACHE_SCHEMA_VERSION or tables.get("projection_cache") != _TABLE_SQL:
+            raise _unavailable(f"projection cache {path} holds another cache schema; a writing open rebuilds it")
+    except sqlite3.DatabaseError as error:
+        connection.close()
+        raise _unavailable(f"projection cache {path} is not a usable SQLite database: {error}") from error
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def quick_check(path: Path) -> str:
+    """`PRAGMA quick_check` of a SQLite file opened with `mode=ro` (blocking; changes nothing).
+
+    Returns:
+        `"ok"`, or SQLite's description of the first problems found.
+
+    Raises:
+        sqlite3.Error: The file cannot be opened or is not a database.
+    """
+    connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, isolation_level=None)
+    try:
+        connection.execute("PRAGMA query_only=ON")
+        rows = connection.execute("PRAGMA quick_check").fetchall()
+    finally:
+        connection.close()
+    return "; ".join(str(row[0]) for row in rows)
 
 
 def _owned_tables(connection: sqlite3.Connection, path: Path) -> dict[str, str | None] | None:

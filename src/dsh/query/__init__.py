@@ -6,13 +6,21 @@ keeps no state between calls.
 """
 
 from dsh.query.errors import SessionQueryError
-from dsh.query.records import HistoryPage, LineageNode, SessionLineage, SessionObservation, SessionRecord
+from dsh.query.records import (
+    HistoryPage,
+    LineageNode,
+    SessionCorpus,
+    SessionLineage,
+    SessionObservation,
+    SessionRecord,
+)
 from dsh.query.service import QueryConfig, SessionQuery
 
 __all__ = [
     "HistoryPage",
     "LineageNode",
     "QueryConfig",
+    "SessionCorpus",
     "SessionLineage",
     "SessionObservation",
     "SessionQuery",

@@ -18,9 +18,17 @@ from dsh.session.events import SessionEvent
 from dsh.session.header import SessionHeader, SessionId
 
 if TYPE_CHECKING:
+    from dsh.persistence.base import DamagedSession
     from dsh.projection.unit import ProjectionSnapshot
 
-__all__ = ["HistoryPage", "LineageNode", "SessionLineage", "SessionObservation", "SessionRecord"]
+__all__ = [
+    "HistoryPage",
+    "LineageNode",
+    "SessionCorpus",
+    "SessionLineage",
+    "SessionObservation",
+    "SessionRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,22 @@ class SessionRecord:
         return {"header": dict(self.header.to_json()), "live": self.live, "persisted": self.persisted}
 
 
+class SessionCorpus(list[SessionRecord]):
+    """What `list_sessions` returns: the corpus records (a plain list of them), plus `unreadable`.
+
+    `unreadable` holds the stored entries persistence could not list (an unreadable or invalid
+    header, a log that is not a regular file, an unreadable folder ...): they are in no record, and
+    consumers report how many there are instead of letting them vanish silently
+    (docs/storage-format.md#damage-stays-visible).
+    """
+
+    __slots__ = ("unreadable",)
+
+    def __init__(self, records: list[SessionRecord], unreadable: tuple[DamagedSession, ...] = ()) -> None:
+        super().__init__(records)
+        self.unreadable = unreadable
+
+
 @dataclass(frozen=True, slots=True)
 class SessionObservation:
     """One body-carrying read of a session: header, events and the exact inherited cut.
@@ -59,12 +83,15 @@ class SessionObservation:
             observation's events as returned (possibly frozen lazily), never copied.
         inherited_event_count: The exact fork cut (`0 <= cut <= len(events)`).
         live: Served from a live session rather than from a stored log.
+        torn_tail: The stored log ends in a torn tail (a crash fragment, or a defect followed only
+            by log-only events); it stays on disk until a resume repairs it.
     """
 
     header: SessionHeader
     events: Sequence[SessionEvent]
     inherited_event_count: int
     live: bool
+    torn_tail: bool = False
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix (`seq >= inherited_event_count`)."""

@@ -38,13 +38,20 @@ from dsh.query.errors import (
     SessionQueryError,
 )
 from dsh.query.history import check_before_seq, check_max_messages, page_bounds
-from dsh.query.records import HistoryPage, LineageNode, SessionLineage, SessionObservation, SessionRecord
+from dsh.query.records import (
+    HistoryPage,
+    LineageNode,
+    SessionCorpus,
+    SessionLineage,
+    SessionObservation,
+    SessionRecord,
+)
 from dsh.session.header import SessionHeader, SessionId
 from dsh.session.store import SessionStore
 
 if TYPE_CHECKING:
     from dsh.abort import AbortSignal
-    from dsh.persistence.base import PersistenceObservation, SessionPersistence
+    from dsh.persistence.base import DamagedSession, PersistenceObservation, SessionPersistence
     from dsh.projection.registry import ProjectionRegistry
     from dsh.projection.unit import ProjectionSnapshot
     from dsh.session.session import Session
@@ -194,11 +201,13 @@ class SessionQuery:
 
     # ---------------------------------------------------------------- corpus
 
-    async def list_sessions(self, signal: AbortSignal | None = None) -> list[SessionRecord]:
+    async def list_sessions(self, signal: AbortSignal | None = None) -> SessionCorpus:
         """The canonical live-preferred corpus, newest `createdAt` first, then id ascending.
 
         One persistence listing (headers only, zero log reads) plus the store's published sessions.
         Unpublished (prepared) sessions and created-but-never-appended stored sessions are absent.
+        The result is a list of records whose `unreadable` attribute carries the stored entries
+        persistence could not list (they are in no record).
 
         Raises:
             SessionQueryError: `SESSION_QUERY_ABORTED`, `SESSION_QUERY_PERSISTENCE_FAILED` (a mounted
@@ -207,6 +216,7 @@ class SessionQuery:
         """
         _checkpoint(signal, None)
         records: dict[str, SessionRecord] = {}
+        unreadable: tuple[DamagedSession, ...] = ()
         persistence = self._persistence
         if persistence is not None:
             try:
@@ -217,6 +227,7 @@ class SessionQuery:
                     f"session persistence listing failed: {error}", code=PERSISTENCE_FAILED
                 ) from error
             _checkpoint(signal, None)
+            unreadable = tuple(listing.damaged)
             for row in listing.rows:
                 header = row.header
                 known = records.get(header.id)
@@ -234,7 +245,8 @@ class SessionQuery:
         # was listing is included. The live header replaces the stored one without any check.
         for session in self._sessions.list():
             records[session.id] = SessionRecord(session.header, live=True, persisted=session.id in persisted)
-        return sorted(records.values(), key=lambda record: (-record.header.created_at, record.header.id))
+        ordered = sorted(records.values(), key=lambda record: (-record.header.created_at, record.header.id))
+        return SessionCorpus(ordered, unreadable)
 
     # ---------------------------------------------------------------- observation
 
@@ -305,7 +317,11 @@ class SessionQuery:
             return _live_read(session, live_snapshot)
         _check_cut(session_id, observed)
         observation = SessionObservation(
-            observed.header, observed.events, observed.inherited_event_count, live=observed.live
+            observed.header,
+            observed.events,
+            observed.inherited_event_count,
+            live=observed.live,
+            torn_tail=observed.torn_tail,
         )
         return _Read(observation, None, None)
 

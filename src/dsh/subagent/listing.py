@@ -31,6 +31,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from dsh.abort import AbortSignal
+from dsh.errors import ConfigError
 from dsh.session.header import SessionHeader, SessionId, SessionLogOffset, SessionSeq
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.rows import (
@@ -46,10 +47,18 @@ if TYPE_CHECKING:
     from dsh.projection.registry import ProjectionRegistry
     from dsh.query.service import SessionQuery
     from dsh.services import Services
+    from dsh.session.events import SessionEvent
     from dsh.session.session import Session
     from dsh.session.store import SessionStore
 
-__all__ = ["SUBAGENT_KEY", "ListingReport", "SubagentIdentity", "list_children", "list_descendants"]
+__all__ = [
+    "SUBAGENT_KEY",
+    "ListingReport",
+    "SubagentIdentity",
+    "folded_identity",
+    "list_children",
+    "list_descendants",
+]
 
 SUBAGENT_KEY: Final = "subagent"
 _KEYS: Final = (SUBAGENT_KEY,)
@@ -141,10 +150,20 @@ class _Candidate:
 
 @dataclass(frozen=True, slots=True)
 class ListingReport:
-    """Per-row provenance of one listing call, for demos and diagnostics (rung 1/2/3, observations)."""
+    """Per-row provenance of one listing call, for demos and diagnostics.
+
+    Attributes:
+        rungs: The rung (1 live, 2 cache, 3 log) that served each child row.
+        observations: How many cold observations (log reads) the call made.
+        unlisted: Stored entries the corpus could not list at all (an unreadable or invalid header,
+            a log that is not a regular file, an unreadable folder ...). Their parent is unknown, so
+            they are counted for the whole store, never shown as rows
+            (docs/catalog.md#enumeration); `dsh agents` prints the count on stderr.
+    """
 
     rungs: Mapping[SessionId, int]
     observations: int
+    unlisted: int = 0
 
 
 def _cancelled() -> SubagentError:
@@ -161,6 +180,26 @@ def _stray() -> bool:
     """
     task = asyncio.current_task()
     return task is not None and task.cancelling() == 0
+
+
+_MAX_CONCURRENCY: Final = 64
+
+
+def _check_concurrency(value: object) -> int:
+    """`cold_read_concurrency` validated like the config field (an int in 1..64, never a bool)."""
+    if type(value) is not int or not 1 <= value <= _MAX_CONCURRENCY:
+        raise ConfigError(f"cold_read_concurrency must be an integer between 1 and {_MAX_CONCURRENCY}, got {value!r}")
+    return value
+
+
+def _require_unit(projections: ProjectionRegistry) -> None:
+    """Mode and label come only from the `subagent` unit: without it every live child would be
+    omitted and every cold one marked `corrupt`, so the listing refuses instead."""
+    if SUBAGENT_KEY not in projections.keys():  # noqa: SIM118 - a registry method, not a dict
+        raise SubagentError(
+            f'listing subagents requires the "{SUBAGENT_KEY}" projection unit registered in services.projections',
+            "SUBAGENT_CONTROL_UNITS_UNAVAILABLE",
+        )
 
 
 def _require(services: Services) -> tuple[ProjectionRegistry, SessionStore, SessionQuery]:
@@ -200,14 +239,16 @@ class _Listing:
         concurrency: int,
         ensure_units: Callable[[ProjectionRegistry], None] | None,
     ) -> None:
+        self.concurrency = _check_concurrency(concurrency)
         self.projections, self.sessions, self.query = _require(services)
         self.cache: ProjectionCache | None = services.projection_cache
         self.signal = signal
-        self.concurrency = concurrency
         if ensure_units is not None:
             ensure_units(self.projections)
+        _require_unit(self.projections)
         self.rungs: dict[SessionId, int] = {}
         self.observations = 0
+        self.unlisted = 0
 
     def aborted(self) -> bool:
         # A method, not a property read: the signal can flip across any await.
@@ -230,6 +271,8 @@ class _Listing:
             raise
         # Cancellation checkpoint: an abort seen while the corpus read was in flight.
         self.raise_if_aborted()
+        # The stored entries the corpus could not list travel beside it (a plain list has none).
+        self.unlisted = len(getattr(records, "unreadable", ()))
         paired: list[tuple[SessionHeader, Session | None]] = []
         for record in records:
             live = self.sessions.get(record.header.id)
@@ -327,12 +370,10 @@ class _Listing:
         if observation.header != header:
             return _Outcome.LIFECYCLE_CHANGED
         try:
-            restored = self.projections.restore({}, observation.events, 0, _KEYS)
-            value = restored.snapshot.values.get(SUBAGENT_KEY)
-            identity = None if value is None else SubagentIdentity.from_view(value)
+            identity = folded_identity(self.projections, observation.events, observation.inherited_event_count)
         except Exception:
             return _Outcome.UNIT_RAISED
-        if identity is None or identity.seq < observation.inherited_event_count:
+        if identity is None:
             return _Outcome.NO_VALUE
         return _Found(identity, 3)
 
@@ -357,7 +398,28 @@ class _Listing:
         return None if reason is None else SubagentDiagnosticRow(header.id, reason)
 
     def report(self) -> ListingReport:
-        return ListingReport(dict(self.rungs), self.observations)
+        return ListingReport(dict(self.rungs), self.observations, self.unlisted)
+
+
+def folded_identity(
+    projections: ProjectionRegistry, events: Sequence[SessionEvent], inherited_event_count: int
+) -> SubagentIdentity | None:
+    """The identity the `subagent` unit folds from a whole log, or None when it has none of its own.
+
+    The fold the catalog's observed rung runs (docs/catalog.md#observed-identity): the unit's value
+    over every event, kept only when its descriptor lies in the own suffix (an identity replayed
+    from the fork seed is no value). `dsh doctor` uses the same function, so it calls a child
+    `subagent-without-identity` exactly when the catalog would show it as a `corrupt` row.
+
+    Raises:
+        Exception: whatever the unit raised (a unit has no failure channel of its own).
+    """
+    restored = projections.restore({}, events, 0, _KEYS)
+    value = restored.snapshot.values.get(SUBAGENT_KEY)
+    identity = None if value is None else SubagentIdentity.from_view(value)
+    if identity is None or identity.seq < inherited_event_count:
+        return None
+    return identity
 
 
 def _order(header: SessionHeader) -> tuple[int, str]:
@@ -380,7 +442,9 @@ async def list_children(
     """The direct subagent children of `parent_session_id`, ordered by `(createdAt, id)`.
 
     Raises:
-        SubagentError: a missing required service (checked first, in order) or `CANCELLED`.
+        ConfigError: `CONFIG_INVALID` for a `cold_read_concurrency` that is not an int in 1..64.
+        SubagentError: a missing required service (checked first, in order), the `subagent` unit
+            missing from the registry (`SUBAGENT_CONTROL_UNITS_UNAVAILABLE`), or `CANCELLED`.
         Exception: a failure of the query corpus itself propagates unchanged.
     """
     listing = _Listing(services, signal or AbortSignal.none(), cold_read_concurrency, ensure_units)
@@ -411,6 +475,9 @@ async def list_descendants(
 
     The walk crosses ordinary sessions, one-shot children, omitted and diagnostic nodes (their
     subtrees are still listed) and is iterative, so a 10,000-deep chain is fine.
+
+    Raises:
+        ConfigError, SubagentError: as `list_children`.
     """
     listing = _Listing(services, signal or AbortSignal.none(), cold_read_concurrency, ensure_units)
     paired = await listing.enumerate()

@@ -402,7 +402,9 @@ class FakeOpenAIServer:
         """Bind `127.0.0.1:0`, start the server thread and wait until it accepts connections."""
         if self._thread is not None:
             raise RuntimeError("the fake OpenAI server is already started")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say so, and
+        # without it every keep-alive request waits on delayed ACKs (~40 ms).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.bind(("127.0.0.1", 0))
         self._port = sock.getsockname()[1]
         config = uvicorn.Config(

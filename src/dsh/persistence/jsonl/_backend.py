@@ -39,7 +39,9 @@ from dsh.persistence.errors import (
     SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionPersistenceError,
+    StoreMisconfiguredError,
 )
+from dsh.persistence.headers import read_stored_header
 from dsh.persistence.jsonl._files import (
     TAIL_BYTES,
     Opener,
@@ -49,7 +51,7 @@ from dsh.persistence.jsonl._files import (
     ensure_dir,
     fd_revision,
     flat_legacy_error,
-    is_file,
+    keep_torn_copy,
     link_new_file,
     path_exists,
     project_dirs,
@@ -57,6 +59,7 @@ from dsh.persistence.jsonl._files import (
     read_head,
     read_revision_at,
     read_stable,
+    regular_stat,
     remove_stale,
     revision_of,
     wrong_encoding_error,
@@ -68,13 +71,14 @@ from dsh.persistence.jsonl._format import (
     check_identity,
     check_version,
     decode_header,
+    decode_segment,
     encode_batch,
     encode_header,
     relative_path,
     scan_events,
     split_head,
 )
-from dsh.session.header import SessionHeader, StoredHeaderError
+from dsh.session.header import StoredHeaderError
 from dsh.session.ids import encode_segment
 
 __all__ = ["JsonlBackend"]
@@ -103,6 +107,12 @@ class _Tail:
     torn_at: int | None
 
 
+def _unreadable(path: str, what: str, error: OSError, session_id: str | None) -> DamagedSession:
+    """A listing entry the OS refused to read (permissions, I/O): reported, never fatal."""
+    reason = error.strerror or str(error)
+    return DamagedSession(path, "PERSISTENCE_IO", f'cannot read {what} "{path}": {reason}', session_id)
+
+
 def _bounded_put(cache: OrderedDict[str, V], key: str, value: V) -> None:
     """Insert as most recent and evict the oldest entries above `_CACHE_LIMIT` (caller holds the mutex)."""
     cache[key] = value
@@ -124,6 +134,8 @@ class JsonlBackend:
             `.jsonl`). One root holds one encoding; the other encoding's artifacts are refused.
         zstd_level: The zstd compression level (1..22).
         opener: Replaces `open(path, "rb")` for every read, e.g. to count the bytes read.
+        read_only: Never write: `open` sweeps no temp files, and every write, repair and writer
+            lock is refused with `STORE_MISCONFIGURED` (docs/storage-format.md#read-only-opens).
 
     Raises:
         ConfigError: An invalid argument (`CONFIG_INVALID`).
@@ -138,6 +150,7 @@ class JsonlBackend:
         compression: Compression = "zstd",
         zstd_level: int = 3,
         opener: Opener | None = None,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(root, str | os.PathLike) or not os.fspath(root):
             raise ConfigError("root must be a non-empty path")
@@ -147,6 +160,8 @@ class JsonlBackend:
             raise ConfigError("zstd_level must be an integer between 1 and 22")
         if opener is not None and not callable(opener):
             raise ConfigError("opener must be callable")
+        if type(read_only) is not bool:
+            raise ConfigError("read_only must be a bool")
         self.root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
         self.compression: Compression = compression
         self.zstd_level = zstd_level
@@ -163,9 +178,16 @@ class JsonlBackend:
         self._local = threading.local()
         self._faults = IOFaultSlot()
         self._closed = False
+        self.read_only = read_only
 
     def __repr__(self) -> str:
         return f"JsonlBackend(root={self._root!r}, compression={self.compression!r})"
+
+    def _refuse_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise StoreMisconfiguredError(
+                f"cannot {what}: the session store {self._root} was opened read-only", location=self._root
+            )
 
     # ---------------------------------------------------------------- plumbing
 
@@ -205,9 +227,14 @@ class JsonlBackend:
         await self._run(self._open_sync)
 
     def _open_sync(self) -> None:
-        # `project_dirs` refuses a root that is a file or unreadable; a missing root is fine.
+        # `project_dirs` refuses a root that is a file or unreadable; a missing root is fine. An
+        # unreadable project or session folder is skipped here: the listing reports it as damaged.
         for project in self._project_dirs():
-            for entry in list(os.scandir(project)):
+            try:
+                entries = list(os.scandir(project))
+            except OSError:
+                continue
+            for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     if entry.name.endswith((".jsonl", ".jsonl.zstd")):
                         raise flat_legacy_error(entry.path)
@@ -216,10 +243,15 @@ class JsonlBackend:
                     self._sweep_session_dir(entry.path, entry.name)
 
     def _sweep_session_dir(self, directory: str, segment: str) -> None:
-        names = os.listdir(directory)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
         if self._opposite in names:
             raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
         stale = [name for name in names if _TEMP_NAME.match(name)]
+        if self.read_only:
+            return
         if stale and not writer_active(os.path.join(self._root + ".locks", f"{segment}.lock")):
             # A temp file of a process holding the session's writer lock may be about to be linked.
             remove_stale(directory, stale)
@@ -250,7 +282,7 @@ class JsonlBackend:
         """
         with self._mutex:
             cached = self._paths.get(session_id)
-        if cached is not None and is_file(cached):
+        if cached is not None and path_exists(cached):
             return cached
         try:
             segment = encode_segment(session_id)
@@ -260,11 +292,17 @@ class JsonlBackend:
         for project in self._project_dirs():
             directory = os.path.join(project, segment)
             candidate = os.path.join(directory, self._artifact)
-            if is_file(candidate):
-                found.append(candidate)
-            elif path_exists(os.path.join(directory, self._opposite)):
-                raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
-            check_flat(project, segment)
+            try:
+                # Anything at the artifact path is stored, even when it cannot be read: a directory
+                # or a FIFO there is refused by the read (never opened), not reported as "not found".
+                if path_exists(candidate):
+                    found.append(candidate)
+                elif path_exists(os.path.join(directory, self._opposite)):
+                    raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
+                check_flat(project, segment)
+            except PermissionError:
+                # An unreadable project folder hides nothing else: the listing reports it as damaged.
+                continue
         if len(found) > 1:
             raise SessionCorruptionError(
                 f'duplicate session id "{session_id}" in several project directories: {", ".join(sorted(found))}',
@@ -342,6 +380,12 @@ class JsonlBackend:
         return await self._run(self._list_sync, parent_session)
 
     def _list_sync(self, parent_session: str | None) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+        """Walk `root/*/*/`; every entry is isolated (docs/storage-format.md#damage-stays-visible).
+
+        One unreadable project folder, session folder or log never fails the walk: it is reported
+        in `damaged` and the walk goes on. Only a misconfigured store (the other encoding, the
+        flat legacy layout, an unreadable root) fails the whole listing.
+        """
         found: dict[str, list[tuple[dict[str, Any], Revision, str]]] = {}
         damaged: list[DamagedSession] = []
         for project in self._project_dirs():
@@ -349,40 +393,20 @@ class JsonlBackend:
                 entries = list(os.scandir(project))
             except FileNotFoundError:
                 continue
+            except OSError as error:
+                damaged.append(_unreadable(project, "project folder", error, None))
+                continue
             for entry in entries:
-                if entry.is_file(follow_symlinks=False):
-                    if entry.name.endswith((".jsonl", ".jsonl.zstd")):
-                        raise flat_legacy_error(entry.path)
-                    continue
-                if not entry.is_dir(follow_symlinks=False):
-                    continue
-                try:
-                    names = os.listdir(entry.path)
-                except FileNotFoundError:
-                    continue
-                if self._opposite in names:
-                    raise wrong_encoding_error(os.path.join(entry.path, self._opposite), self.compression)
-                if self._artifact not in names:
-                    continue
-                path = os.path.join(entry.path, self._artifact)
-                try:
-                    row = self._list_one(path)
-                except (SessionCorruptionError, SessionFormatUnsupportedError, PersistenceIOError) as error:
-                    damaged.append(DamagedSession(path, error.code, error.message))
-                    continue
-                except OSError as error:
-                    # One unreadable log must not hide every other session: it is reported as damaged instead.
-                    damaged.append(DamagedSession(path, "PERSISTENCE_IO", f'cannot read "{path}": {error}'))
-                    continue
-                if row is not None:
-                    record, revision = row
+                listed = self._list_entry(entry, damaged)
+                if listed is not None:
+                    record, revision, path = listed
                     found.setdefault(record["id"], []).append((record, revision, path))
         rows: list[tuple[FrozenDict, Revision]] = []
         for session_id, entries_for_id in found.items():
             if len(entries_for_id) > 1:
                 paths = sorted(path for _, _, path in entries_for_id)
                 message = f'duplicate session id "{session_id}" in several project directories: {", ".join(paths)}'
-                damaged.extend(DamagedSession(path, "SESSION_CORRUPT", message) for path in paths)
+                damaged.extend(DamagedSession(path, "SESSION_CORRUPT", message, session_id) for path in paths)
                 continue
             record, revision, path = entries_for_id[0]
             with self._mutex:
@@ -392,6 +416,49 @@ class JsonlBackend:
             rows.append((adopt(record), revision))  # type: ignore[arg-type]  # adopt of a dict is a FrozenDict
         rows.sort(key=lambda row: (row[0]["createdAt"], row[0]["id"]))
         return rows, damaged
+
+    def _list_entry(
+        self, entry: os.DirEntry[str], damaged: list[DamagedSession]
+    ) -> tuple[dict[str, Any], Revision, str] | None:
+        """One entry of a project folder: a listed header, or None (skipped or reported in `damaged`)."""
+        if entry.is_file(follow_symlinks=False):
+            if entry.name.endswith((".jsonl", ".jsonl.zstd")):
+                raise flat_legacy_error(entry.path)
+            return None
+        try:
+            # Followed like the lookup follows it: a session folder reached through a symbolic
+            # link lists exactly as it reads.
+            is_folder = entry.is_dir()
+        except OSError:
+            is_folder = False
+        if not is_folder:
+            return None
+        folder_id = decode_segment(entry.name)
+        try:
+            names = os.listdir(entry.path)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            damaged.append(_unreadable(entry.path, "session folder", error, folder_id))
+            return None
+        if self._opposite in names:
+            raise wrong_encoding_error(os.path.join(entry.path, self._opposite), self.compression)
+        if self._artifact not in names:
+            return None
+        path = os.path.join(entry.path, self._artifact)
+        try:
+            row = self._list_one(path)
+        except (SessionCorruptionError, SessionFormatUnsupportedError, PersistenceIOError) as error:
+            damaged.append(DamagedSession(path, error.code, error.message, folder_id))
+            return None
+        except OSError as error:
+            # One unreadable log must not hide every other session: it is reported as damaged instead.
+            damaged.append(_unreadable(path, "session log", error, folder_id))
+            return None
+        if row is None:
+            return None
+        record, revision = row
+        return record, revision, path
 
     def _list_one(self, path: str) -> tuple[dict[str, Any], Revision] | None:
         """One listing row, None to skip; a complete but invalid header raises (reported as damaged)."""
@@ -405,7 +472,7 @@ class JsonlBackend:
         record = decode_header(head.line, ctx)
         check_version(record, ctx)
         try:
-            SessionHeader.from_stored(record)
+            read_stored_header(record)
         except StoredHeaderError as error:
             raise ctx.corrupt(f"corrupt session log: invalid session header: {error}") from error
         check_identity(record, None, self._relative(path), self.compression, ctx)
@@ -430,6 +497,7 @@ class JsonlBackend:
         self, header: FrozenDict, events: Sequence[Mapping[str, Any]], *, materialized: bool, fence: Fence | None
     ) -> Revision:
         """Durably append one batch (one zstd frame); materialize header + batch when not yet stored."""
+        self._refuse_read_only(f'write session "{header.get("id")}"')
         if materialized:
             return await self._run(self._append_sync, header, events)
         return await self._run(self._materialize_sync, header, events)
@@ -479,7 +547,8 @@ class JsonlBackend:
         if path is None:
             raise SessionNotFoundError(f'session "{session_id}" not found', session_id=session_id)
         try:
-            return path, os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+            regular_stat(path)
+            return path, os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError as error:
             raise SessionNotFoundError(f'session "{session_id}" not found', session_id=session_id) from error
 
@@ -528,8 +597,11 @@ class JsonlBackend:
     ) -> Revision:
         """Truncate the torn tail (fsync), then append recovered records + closers as one batch.
 
+        A torn tail holding complete records is first copied beside the log
+        (`<artifact>.torn-<epoch ms>`, fsynced), so the truncation destroys no record.
         See docs/storage-format.md#torn-tails-and-repair.
         """
+        self._refuse_read_only(f'repair session "{header.get("id")}"')
         return await self._run(self._repair_sync, header, torn, closers)
 
     def _repair_sync(
@@ -550,6 +622,9 @@ class JsonlBackend:
             check_contiguous(session_id, path, batch, tail.next_seq)
             size = st.st_size
             if torn is not None:
+                if torn.removed_records:
+                    # The removed bytes hold complete records: keep them beside the log first.
+                    keep_torn_copy(path, fd, torn.truncate_to, size)
                 # Step 1 of 2: drop the torn fragment durably. A crash before step 2 leaves a clean
                 # log that still needs its closers; the next prepare repairs it again (idempotent).
                 os.ftruncate(fd, torn.truncate_to)
@@ -567,6 +642,7 @@ class JsonlBackend:
 
     async def acquire(self, session_id: str) -> Fence | None:
         """Take the session's exclusive `flock` (`SESSION_LEASE_HELD` naming the holder); no fence."""
+        self._refuse_read_only(f'take the writer lock of session "{session_id}"')
         await self._run(self._locks.acquire, session_id)
         return None
 

@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import stat
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Final
@@ -40,10 +41,13 @@ __all__ = [
     "flat_legacy_error",
     "fsync_dir",
     "is_file",
+    "keep_torn_copy",
     "link_new_file",
+    "not_regular",
     "read_head",
     "read_revision_at",
     "read_stable",
+    "regular_stat",
     "remove_stale",
     "revision_of",
     "wrong_encoding_error",
@@ -57,8 +61,21 @@ Opener = Callable[[str, str], IO[bytes]]
 
 def raw_open(path: str, mode: str) -> IO[bytes]:
     """The default opener: unbuffered binary reads (every read and seek is one system call, and the
-    small head and tail reads of a listing copy nothing through a buffer)."""
-    return open(path, mode, buffering=0)
+    small head and tail reads of a listing copy nothing through a buffer).
+
+    Callers check the file type first (`regular_stat`); the open itself is non-blocking and checks
+    again on the descriptor, so a FIFO swapped in between can never block a read.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, _file_kind(st.st_mode))
+        # O_NONBLOCK has no effect on a regular file's reads, so the flag can stay.
+        return open(fd, mode, buffering=0, closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 TAIL_BYTES: Final = 4096
@@ -133,6 +150,52 @@ def is_file(path: str) -> bool:
         return False
 
 
+_KINDS: Final = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def not_regular(path: str, kind: str) -> PersistenceIOError:
+    """The refusal of a session log that is not a regular file (nothing was opened)."""
+    return PersistenceIOError(
+        f'session log "{path}" is {kind}, not a regular file; dsh does not open it', location=path
+    )
+
+
+def regular_stat(path: str) -> os.stat_result:
+    """The stat of the regular file at `path` (a symbolic link is followed), checked before any open.
+
+    Nothing on a read path opens a FIFO, a device or a directory: a FIFO would block the reader
+    forever (docs/storage-format.md#damage-stays-visible says what is reported instead).
+
+    Raises:
+        FileNotFoundError: Nothing is at `path`.
+        PersistenceIOError: `path` is a dangling symbolic link or not a regular file.
+    """
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise not_regular(path, "a dangling symbolic link") from None
+        except OSError as error:
+            raise not_regular(path, f"a symbolic link that cannot be followed ({error.strerror})") from error
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(path, _file_kind(st.st_mode))
+    return st
+
+
 def wrong_encoding_error(path: str, compression: Compression) -> StoreMisconfiguredError:
     """The detector refusal for an artifact of the other encoding in a root."""
     suffix = ".jsonl.zstd" if path.endswith(".zstd") else ".jsonl"
@@ -199,10 +262,10 @@ def read_stable(opener: Opener, path: str) -> tuple[bytes, os.stat_result]:
 
     Raises:
         FileNotFoundError: The file vanished.
-        PersistenceIOError: It kept changing.
+        PersistenceIOError: It kept changing, or it is not a regular file (`regular_stat`).
     """
     for _ in range(_STABLE_TRIES):
-        before = os.stat(path)
+        before = regular_stat(path)
         with opener(path, "rb") as handle:
             data = handle.read()
         after = os.stat(path)
@@ -222,12 +285,12 @@ def read_head(
 
     Raises:
         SessionCorruptionError: Frame 1 fails to decode or is not exactly one line.
-        PersistenceIOError: The file kept changing.
+        PersistenceIOError: The file kept changing, or it is not a regular file (`regular_stat`).
     """
     ctx = LogContext(None, path)
     for _ in range(_STABLE_TRIES):
         try:
-            before = os.stat(path)
+            before = regular_stat(path)
             size = before.st_size
             head: HeadLine | None = None
             with opener(path, "rb") as handle:
@@ -260,7 +323,7 @@ def read_revision_at(opener: Opener, path: str) -> Revision | None:
     """One stat plus the last 4 KiB (between two agreeing stats); None when the file vanished."""
     for _ in range(_STABLE_TRIES):
         try:
-            before = os.stat(path)
+            before = regular_stat(path)
             with opener(path, "rb") as handle:
                 handle.seek(max(before.st_size - TAIL_BYTES, 0))
                 tail = handle.read(TAIL_BYTES)
@@ -321,6 +384,48 @@ def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_resu
     st = os.stat(path)
     fsync_dir(directory)
     return st
+
+
+def keep_torn_copy(path: str, fd: int, start: int, end: int) -> str:
+    """Copy the log's bytes `[start, end)` (a torn tail about to be removed) to `<path>.torn-<epoch ms>`.
+
+    The copy is created exclusively (mode 0600, a later millisecond when the name is taken),
+    fsynced, and its directory entry made durable before this returns, so a repair that truncates
+    afterwards never destroys a record (docs/storage-format.md#torn-tails-and-repair).
+
+    Returns:
+        The path of the copy.
+    """
+    parts: list[bytes] = []
+    offset = start
+    while offset < end:
+        chunk = os.pread(fd, end - offset, offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        offset += len(chunk)
+    stamp = time.time_ns() // 1_000_000
+    while True:
+        target = f"{path}.torn-{stamp}"
+        try:
+            out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        except FileExistsError:
+            stamp += 1
+            continue
+        break
+    try:
+        try:
+            _write_all(out, b"".join(parts))
+            os.fsync(out)
+        finally:
+            os.close(out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise
+    fsync_dir(os.path.dirname(path))
+    _log.info("jsonl: kept the torn tail of %s (%d bytes) at %s", path, end - start, target)
+    return target
 
 
 def check_contiguous(session_id: str, path: str, records: Sequence[Mapping[str, Any]], next_seq: int) -> None:

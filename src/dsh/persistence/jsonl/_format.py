@@ -8,8 +8,10 @@ frame reports where its frame ends and verifies the content checksum), never fro
 byte scanner. The line scanner implements the torn-tail rule
 (docs/storage-format.md#torn-tails-and-repair): the log is valid up to its first defect, and the
 defect plus everything after it is a removable torn tail only if no later record carries a
-`turn/end`. A packed chunk row written by the TypeScript harness (`_packed`) is expanded into the
-events it stands for as it is scanned; a malformed row is a defect of its line like any other.
+`turn/end` (the TypeScript harness's rule; a torn tail holding complete records is copied beside the
+log before a repair removes it, so no byte is lost). A packed chunk row written by the TypeScript
+harness (`_packed`) is expanded into the events it stands for as it is scanned; a malformed row is
+a defect of its line like any other.
 
 Hot path: a full read is dominated by `orjson.loads` per line, so the scanner accepts a line with two
 dict lookups (seq contiguity, packed-row type) and leaves every other check to the coordinator. A
@@ -45,6 +47,7 @@ __all__ = [
     "check_identity",
     "check_version",
     "decode_header",
+    "decode_segment",
     "encode_batch",
     "encode_header",
     "project_key",
@@ -121,6 +124,31 @@ def project_key(cwd: str | None) -> str:
         out.append(ch if ch in _SAFE else f"~{unit:04X}")
     slug = "".join(out).lstrip("-") or "root"
     return f"--{slug[:_MAX_SLUG]}--"
+
+
+def decode_segment(segment: str) -> str | None:
+    """The id a session folder name encodes (the inverse of `encode_segment`), or None if it is not
+    an encoded segment. Used to name an entry whose header cannot be read; the header stays the
+    authority for every readable log."""
+    units: list[int] = []
+    index = 0
+    while index < len(segment):
+        ch = segment[index]
+        if ch == "~":
+            digits = segment[index + 1 : index + 5]
+            if len(digits) != 4 or any(c not in "0123456789ABCDEF" for c in digits):
+                return None
+            units.append(int(digits, 16))
+            index += 5
+        elif ch in _SAFE:
+            units.append(ord(ch))
+            index += 1
+        else:
+            return None
+    if not units:
+        return None
+    raw = b"".join(unit.to_bytes(2, "little") for unit in units)
+    return raw.decode("utf-16-le", "surrogatepass")
 
 
 def relative_path(session_id: str, cwd: str | None, compression: Compression) -> str:
@@ -295,17 +323,27 @@ def check_identity(
 # The line scanner: one pass over the records of a log
 
 
+def _commits(kind: object) -> bool:
+    """Whether a complete record proves that its writer went on committing past a defect: a `turn/end`.
+
+    This is the TypeScript harness's rule, kept so both read a damaged log the same way. Anything
+    else after a defect (messages included) is part of the torn tail; the repair copies such a tail
+    beside the log before it cuts it (docs/storage-format.md#torn-tails-and-repair)."""
+    return kind == "turn/end"
+
+
 class _LineScanner:
     """Accepts contiguous records line by line and remembers the first defect.
 
     `events` holds the accepted records (valid prefix), a packed row contributing every event it
     stands for. `issue` is the first defect's message; once it is set no line is accepted any
-    more, and a later complete line holding a `turn/end` raises it, because the damage then lies in
-    the committed region. Line numbers count physical lines (the header is line 1), so a packed
-    row is one line however many events it holds.
+    more, and a later complete line holding a `turn/end` raises it, because the damage then lies
+    in the committed region. `dropped` counts the complete, parseable records from
+    the defect on (what a repair would remove). Line numbers count physical lines (the header is
+    line 1), so a packed row is one line however many events it holds.
     """
 
-    __slots__ = ("committed", "ctx", "issue", "line_no", "lines", "oversized_at", "types", "verdicts")
+    __slots__ = ("committed", "ctx", "dropped", "issue", "line_no", "lines", "oversized_at", "types", "verdicts")
 
     def __init__(self, ctx: LogContext) -> None:
         self.ctx = ctx
@@ -316,6 +354,7 @@ class _LineScanner:
         self.types: list[str] = []
         self.verdicts = bytearray()
         self.issue: str | None = None
+        self.dropped = 0
         self.line_no = 1  # the header is line 1
         self.committed = 0  # bytes of accepted lines, relative to the first byte fed
         self.oversized_at: int | None = None
@@ -408,27 +447,28 @@ class _LineScanner:
             record: Any = orjson.loads(line)
         except orjson.JSONDecodeError:
             record = None
-        is_end = False
+        commits = False
         members: list[dict[str, Any]] | None = None
         malformed: str | None = None
         if isinstance(record, dict):
             kind = record.get("type")
-            if type(kind) is str:
-                if kind in PACKED_ROW_TYPES:
-                    try:
-                        members = expand_row(record)
-                    except MalformedRowError as error:
-                        malformed = f"corrupt session log: malformed {kind} row at line {self.line_no} ({error})"
-                else:
-                    is_end = kind == "turn/end"
+            if type(kind) is str and kind in PACKED_ROW_TYPES:
+                try:
+                    members = expand_row(record)
+                except MalformedRowError as error:
+                    malformed = f"corrupt session log: malformed {kind} row at line {self.line_no} ({error})"
+            else:
+                commits = _commits(kind)
         if self.issue is not None:
-            if is_end:
+            if commits:
                 raise self.ctx.corrupt(self.issue)
+            self.dropped += isinstance(record, dict)
             return 0
         if malformed is not None:
-            # A packed row never holds a turn/end, so like an unparsable line it is a torn tail
-            # unless a later turn/end proves the writer went on committing.
+            # A packed row holds only log-only chunks, so like an unparsable line it is a torn tail
+            # unless a later record proves the writer went on committing.
             self.issue = malformed
+            self.dropped += 1
             return 0
         if not isinstance(record, dict):
             self.issue = f"corrupt session log: unparsable committed event at line {self.line_no}"
@@ -440,9 +480,10 @@ class _LineScanner:
                 f"corrupt session log: seq gap in committed region at line {self.line_no} "
                 f"(expected {expected}, got {orjson.dumps(seq).decode()})"
             )
-            if is_end:
+            if commits:
                 raise self.ctx.corrupt(message)
             self.issue = message
+            self.dropped += 1
             return 0
         if members is None:
             self.lines.append(line)
@@ -496,9 +537,10 @@ def _scan_raw(data: bytes, start: int, ctx: LogContext) -> LogScan:
         position = end
     torn = None
     if fragment or scanner.issue is not None:
-        # Raw mode: a final fragment without a newline, or a defect no later turn/end vouches for,
-        # is a torn tail; the complete records before it stay.
-        torn = TornMarker(truncate_to=start + scanner.committed)
+        # Raw mode: a final fragment without a newline, or a defect with no later `turn/end`, is a
+        # torn tail; the complete records before it stay.
+        cut = start + scanner.committed
+        torn = TornMarker(truncate_to=cut, removed_bytes=len(data) - cut, removed_records=scanner.dropped)
     return LogScan(scanner.events, torn, scanner.oversized_at)
 
 
@@ -531,7 +573,8 @@ def _scan_zstd(data: bytes, start: int, ctx: LogContext) -> LogScan:
             before = len(scanner.lines)
             scanner.feed(text)
             recovered = tuple(scanner.events[before:])
-            return LogScan(scanner.events, TornMarker(position, recovered), scanner.oversized_at)
+            torn = TornMarker(position, recovered, removed_bytes=size - position, removed_records=scanner.dropped)
+            return LogScan(scanner.events, torn, scanner.oversized_at)
         end -= len(decoder.unused_data)
         fragment = scanner.feed(text)
         # A checksummed complete frame cannot be a crash artefact: any defect inside it is corruption.

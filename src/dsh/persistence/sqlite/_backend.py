@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import sqlite3
 import uuid
@@ -37,12 +38,15 @@ from dsh.persistence.errors import (
     PersistenceClosedError,
     PersistenceIOError,
     SessionAlreadyExistsError,
+    StoreMisconfiguredError,
 )
 from dsh.persistence.sqlite._schema import (
     ALL_EVENTS,
     INSERT_EVENT,
     INSERT_SESSION,
+    check_read_only_location,
     connect,
+    connect_read_only,
     corrupt,
     decode_event_rows,
     ensure_safe_location,
@@ -53,12 +57,15 @@ from dsh.persistence.sqlite._schema import (
     prepare_store,
     reference_schema,
     typed_rows,
+    verify_store,
 )
 from dsh.session.events import SessionEvent
 
 __all__ = ["SqliteBackend"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("dsh.persistence")
 
 READER_CONNECTIONS: Final = 2
 """Reader connections per backend; each owns one thread (two, so one long read never queues all others)."""
@@ -129,6 +136,10 @@ class SqliteBackend:
             connection, no writer locks: nothing outside this object can reach it).
         busy_timeout_ms: How long a statement waits for another connection's lock before failing
             with `PERSISTENCE_IO`.
+        read_only: Open every connection with `mode=ro` and create nothing: a missing or empty
+            (0-byte) file is refused with `STORE_MISCONFIGURED`, a store is verified but never
+            initialised or migrated, and every write, repair and writer lock is refused
+            (docs/storage-format.md#read-only-opens).
 
     Raises:
         ConfigError: `busy_timeout_ms` is not an integer in 0..2147483647 (`CONFIG_INVALID`).
@@ -137,11 +148,15 @@ class SqliteBackend:
     name = "sqlite"
     capabilities: frozenset[Capability] = frozenset({Capability.TYPED_READS})
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000, read_only: bool = False) -> None:
         if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= _MAX_BUSY_TIMEOUT_MS:
             raise ConfigError(f"busy_timeout_ms must be an integer between 0 and {_MAX_BUSY_TIMEOUT_MS}")
+        if type(read_only) is not bool:
+            raise ConfigError("read_only must be a bool")
         raw = os.fspath(path)
         self._memory = raw == ":memory:"
+        self.read_only = read_only and not self._memory
+        self._was_empty = False
         self.path: Path | None = None if self._memory else Path(os.path.abspath(raw))
         self._location = ":memory:" if self.path is None else str(self.path)
         self.busy_timeout_ms = busy_timeout_ms
@@ -197,15 +212,39 @@ class SqliteBackend:
 
     def _connect_writer(self) -> sqlite3.Connection:
         if self.path is not None:
+            if self.read_only:
+                # The "writer" lane of a read-only backend only verifies the store at open.
+                return self._connect_reader()
+            with contextlib.suppress(OSError):
+                self._was_empty = os.path.getsize(self.path) == 0
             ensure_safe_location(self.path)
         return connect(self._location, busy_timeout_ms=self.busy_timeout_ms)
 
     def _connect_reader(self) -> sqlite3.Connection:
+        if self.read_only and self.path is not None:
+            check_read_only_location(self.path)
+            return connect_read_only(self.path, busy_timeout_ms=self.busy_timeout_ms)
         # `query_only` makes a reader connection unable to write even by mistake.
         return connect(self._location, busy_timeout_ms=self.busy_timeout_ms, query_only=True)
 
     def _open_store(self, conn: sqlite3.Connection) -> str:
-        return prepare_store(conn, reference_schema(), location=self._location)
+        if self.read_only:
+            return verify_store(conn, reference_schema(), location=self._location)
+        store_id = prepare_store(conn, reference_schema(), location=self._location)
+        if self._was_empty:
+            # A 0-byte file is not a store; a writing open initialises it, and says so.
+            _log.warning(
+                "sqlite: %s was an empty file (0 bytes); initialised a new session store in it", self._location
+            )
+            self._was_empty = False
+        return store_id
+
+    def _refuse_read_only(self, what: str) -> None:
+        if self.read_only:
+            raise StoreMisconfiguredError(
+                f"cannot {what}: the SQLite session store {self._location} was opened read-only",
+                location=self._location,
+            )
 
     async def close(self) -> None:
         """Release every writer lock and close every connection on its own thread (idempotent)."""
@@ -251,7 +290,9 @@ class SqliteBackend:
         """
         try:
             return await work
-        except (sqlite3.Error, OSError) as error:
+        except (sqlite3.Error, OSError, UnicodeError) as error:
+            # UnicodeError: a string the driver cannot bind (a lone surrogate); lookups of such
+            # ids are answered before reaching here (nothing can be stored under them).
             raise PersistenceIOError(
                 f"sqlite: cannot {what}: {error}", session_id=session_id, location=self._location
             ) from error
@@ -279,6 +320,8 @@ class SqliteBackend:
                 _LIST + " WHERE parent_session = ? ORDER BY created_at, id", (parent_session,)
             ).fetchall()
 
+        if parent_session is not None and not _bindable(parent_session):
+            return [], []
         rows = await self._translate(self._reader().run(run), "list sessions", None)
         return [(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
 
@@ -288,6 +331,8 @@ class SqliteBackend:
         def run(conn: sqlite3.Connection) -> bool:
             return conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is not None
 
+        if not _bindable(session_id):
+            return False
         return await self._translate(self._reader().run(run), f'look up session "{session_id}"', session_id)
 
     async def read_revision(self, session_id: str) -> Revision | None:
@@ -297,6 +342,8 @@ class SqliteBackend:
             row = conn.execute("SELECT incarnation, revision FROM sessions WHERE id = ?", (session_id,)).fetchone()
             return None if row is None else (row[0], row[1])
 
+        if not _bindable(session_id):
+            return None
         found = await self._translate(self._reader().run(run), f'read the revision of "{session_id}"', session_id)
         return None if found is None else self._revision(*found)
 
@@ -327,6 +374,8 @@ class SqliteBackend:
                 )
             return StoredLog(header=header, events=events, revision=revision, oversized_int_at=oversized)
 
+        if not _bindable(session_id):
+            return None
         return await self._translate(self._reader().run(run), f'load session "{session_id}"', session_id)
 
     async def load_typed(
@@ -380,6 +429,8 @@ class SqliteBackend:
                 next_seq=stored_next,
             )
 
+        if not _bindable(session_id):
+            return None
         return await self._translate(self._reader().run(run), f'read events of session "{session_id}"', session_id)
 
     # ----------------------------------------------------------------------------------------------
@@ -401,6 +452,7 @@ class SqliteBackend:
             PersistenceIOError: The driver failed, including a busy timeout; nothing was written.
         """
         session_id = str(header["id"])
+        self._refuse_read_only(f'write session "{session_id}"')
         writer, _ = self._lanes()
         batch = tuple(events)
         fault = self._faults.take()
@@ -507,6 +559,7 @@ class SqliteBackend:
             LeaseHeldError: Another process (or backend instance) writes the session.
         """
         self._lanes()
+        self._refuse_read_only(f'take the writer lock of session "{session_id}"')
         if self._locks is not None:
             await asyncio.to_thread(self._locks.acquire, session_id)
         return None
@@ -546,6 +599,16 @@ class SqliteBackend:
 
 # --------------------------------------------------------------------------------------------------
 # Helpers run on lane threads
+
+
+def _bindable(value: str) -> bool:
+    """Whether the driver can bind `value` (UTF-8); an id holding a lone surrogate never can, so
+    nothing is stored under it and a lookup answers "not stored" instead of a driver error."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @contextlib.contextmanager

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import quote
 
 import orjson
 
@@ -34,8 +35,10 @@ __all__ = [
     "INSERT_SESSION",
     "SCHEMA",
     "USER_VERSION",
+    "check_read_only_location",
     "configure",
     "connect",
+    "connect_read_only",
     "corrupt",
     "decode_event_rows",
     "ensure_safe_location",
@@ -47,6 +50,7 @@ __all__ = [
     "prepare_store",
     "reference_schema",
     "typed_rows",
+    "verify_store",
 ]
 
 APPLICATION_ID: Final = 0x44535059
@@ -101,6 +105,86 @@ def connect(location: str, *, busy_timeout_ms: int, query_only: bool = False) ->
         conn.close()
         raise
     return conn
+
+
+def connect_read_only(path: Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open one connection with `mode=ro` (docs/storage-format.md#read-only-opens): it changes nothing.
+
+    No journal-mode switch (that would write the database header), `query_only` on, and
+    `trusted_schema` off. SQLite may still replay its own write-ahead log when it opens the file:
+    that is its crash recovery, not a change of committed data.
+    """
+    uri = f"file:{quote(str(path))}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA trusted_schema=OFF")
+        conn.execute("PRAGMA query_only=ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def check_read_only_location(path: Path) -> None:
+    """Refuse, without creating anything, a store a read-only open cannot use.
+
+    Raises:
+        StoreMisconfiguredError: Nothing at `path`, a symbolic link, not a regular file, or an
+            empty (0-byte) file, which only a writing open initialises.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise StoreMisconfiguredError(
+            f"no SQLite session store at {path}: nothing has been stored there yet "
+            "(a read-only command creates no file; a writing command such as `dsh run` creates it)",
+            location=str(path),
+        ) from None
+    if stat.S_ISLNK(info.st_mode):
+        raise StoreMisconfiguredError(f"unsafe SQLite store {path}: it is a symbolic link", location=str(path))
+    if not stat.S_ISREG(info.st_mode):
+        raise StoreMisconfiguredError(f"the SQLite store {path} is not a regular file", location=str(path))
+    if info.st_size == 0:
+        raise StoreMisconfiguredError(
+            f"the SQLite session store {path} is an empty file (0 bytes): it holds no store; a read-only "
+            "command leaves it alone, and a writing command (such as `dsh run`) initialises it",
+            location=str(path),
+        )
+
+
+def verify_store(conn: sqlite3.Connection, reference: SchemaObjects, *, location: str) -> str:
+    """Verify an existing store without writing anything (read-only opens); return the store id.
+
+    Raises:
+        StoreMisconfiguredError: The database holds no store yet (only a writing open creates one).
+        StoreFormatUnsupportedError: A foreign application id, another schema version (an older
+            one names the command that would migrate it), or schema objects that differ.
+    """
+    conn.execute("BEGIN")
+    try:
+        application_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        objects = _schema_objects(conn)
+        if application_id == 0 and version == 0 and not objects:
+            raise StoreMisconfiguredError(
+                f"the SQLite database {location} holds no dsh session store yet; a read-only command does not "
+                "create one (a writing command such as `dsh run` does)",
+                location=location,
+            )
+        _check_existing(
+            application_id=application_id, version=version, objects=objects, reference=reference, location=location
+        )
+        row = conn.execute("SELECT store_id FROM store WHERE singleton = 1").fetchone()
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+    if row is None:
+        raise StoreFormatUnsupportedError(
+            f"SQLite store {location} has no store identity row; it was not created by this build",
+            location=location,
+        )
+    return str(row[0])
 
 
 def configure(conn: sqlite3.Connection, *, busy_timeout_ms: int, memory: bool) -> None:

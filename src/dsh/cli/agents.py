@@ -1,0 +1,97 @@
+"""`dsh agents PARENT_ID`: a parent's subagent catalog, read from the home folder without changing it.
+
+Layer: CLI (thin: it opens a read-only `Runtime`, lists, renders). The runtime is opened with
+`read_only=True` (docs/cli.md#read-only-commands): no folder, file or table is created. stdout
+carries the table (or, with `--json`, exactly the rows as one JSON document); stderr carries the
+two hints: how many stored sessions could not be read at all (`N stored sessions could not be read;
+run dsh doctor`, docs/cli.md#damage-on-the-command-line) and, for a parent that is not stored,
+`no session X in <home>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Annotated, Any
+
+import typer
+
+from dsh.cli.app import Globals, app, fail
+from dsh.cli.errors import EXIT_CODES
+from dsh.cli.render import catalog_table, descendants_table
+from dsh.cli.text import json_text, safe
+
+__all__ = ["agents", "doctor_hint", "unlisted_line"]
+
+
+def doctor_hint(globals_: Globals) -> str:
+    """`dsh doctor` with the global options of this run before the command."""
+    words = ["dsh"]
+    if globals_.home is not None:
+        words += ["--home", shlex.quote(str(globals_.home))]
+    if globals_.database_url is not None:
+        words += ["--database-url", shlex.quote(globals_.database_url)]
+    return " ".join([*words, "doctor"])
+
+
+def unlisted_line(count: int, globals_: Globals) -> str:
+    """The stderr line for stored entries the listing could not read."""
+    noun = "session" if count == 1 else "sessions"
+    return f"{count} stored {noun} could not be read; run {doctor_hint(globals_)}"
+
+
+async def _parent_known(rt: Any, parent_id: str) -> bool:
+    """Whether the parent is live or stored (an unreadable stored parent counts as known)."""
+    if rt.sessions.get(parent_id) is not None:
+        return True
+    try:
+        return await rt.persistence.revision(parent_id) is not None
+    except Exception:
+        return True
+
+
+@app.command()
+def agents(
+    ctx: typer.Context,
+    parent_id: Annotated[str, typer.Argument(help="The parent session id.", metavar="PARENT_ID")],
+    descendants: Annotated[bool, typer.Option("--descendants", help="Walk the whole subtree.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the rows as one JSON document.")] = False,
+    plain: Annotated[bool, typer.Option("--plain", help="Fixed-width output without colour.")] = False,
+) -> None:
+    """List a parent's subagents (read-only).
+
+    Reads the home folder and changes nothing in it.
+    """
+    from dsh.runtime import Runtime
+
+    globals_: Globals = ctx.obj
+    reports: list[Any] = []
+
+    async def run() -> tuple[list[Any], bool]:
+        async with Runtime.open(globals_.config(), read_only=True) as rt:
+            if descendants:
+                rows: list[Any] = list(await rt.subagents.list_descendants(parent_id, report=reports.append))
+            else:
+                rows = list(await rt.subagents.list_children(parent_id, report=reports.append))
+            return rows, bool(rows) or await _parent_known(rt, parent_id)
+
+    try:
+        rows, known = asyncio.run(run())
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(EXIT_CODES["interrupted"]) from None
+    except Exception as error:
+        raise fail(ctx, error) from error
+    if as_json:
+        typer.echo(json_text([row.to_json() for row in rows]))
+    else:
+        console = globals_.console(plain=plain)
+        if descendants:
+            descendants_table(console, rows, plain=plain)
+        else:
+            catalog_table(console, f"subagents of {parent_id}", rows, plain=plain)
+    unlisted = reports[-1].unlisted if reports else 0
+    if unlisted:
+        typer.echo(safe(unlisted_line(unlisted, globals_)), err=True)
+    if not known:
+        typer.echo(safe(f"no session {parent_id} in {globals_.config().home}"), err=True)

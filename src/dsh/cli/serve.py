@@ -1,0 +1,71 @@
+"""`dsh serve`: run the HTTP API (docs/server.md#running-it).
+
+Layer: CLI (thin: parse, call `dsh.server.serve.serve`, report). fastapi and uvicorn are imported
+only when the command runs, so `dsh demo` and every other command work without them. The token
+URL goes to stdout (once, when the token is new); warnings go to stderr. A refused bind, an unsafe
+token file or an unusable setting exits 4; Ctrl-C stops the server gracefully and exits 130.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dsh.cli.app import Globals, app, fail
+
+__all__ = ["serve"]
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Address to listen on (default: server.host, loopback).")
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", min=0, max=65535, help="Port to listen on (default: server.port, 8765; 0 picks one)."),
+    ] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow a non-loopback --host (put TLS in front of it).")
+    ] = False,
+    rotate_token: Annotated[
+        bool, typer.Option("--rotate-token", help="Replace the API token and print the new one once.")
+    ] = False,
+    script: Annotated[
+        Path | None, typer.Option("--script", help="Answer every agent from this model script (no key needed).")
+    ] = None,
+) -> None:
+    """Serve the HTTP API for this home until Ctrl-C."""
+    globals_: Globals = ctx.obj
+    try:
+        from dsh.server.serve import serve as run_server
+
+        model = None
+        if script is not None:
+            from dsh.agent.models import ScriptedModelClient
+
+            model = ScriptedModelClient.from_file(script)
+        if not globals_.verbose:
+            # The access log (method, path, status, duration) is the server's normal output.
+            logging.getLogger("dsh.server").setLevel(logging.INFO)
+        config = globals_.config()
+        code = asyncio.run(
+            run_server(
+                config,
+                host=host if host is not None else config.server.host,
+                port=port if port is not None else config.server.port,
+                allow_remote=allow_remote,
+                rotate_token=rotate_token,
+                model=model,
+                announce=typer.echo,
+                warn=lambda line: typer.echo(line, err=True),
+            )
+        )
+    except Exception as error:
+        raise fail(ctx, error) from error
+    raise typer.Exit(code)

@@ -1,0 +1,371 @@
+"""`dsh doctor`: check the home folder and read every stored session, changing nothing.
+
+Layer: top (beside `dsh.runtime`, whose read-only open it uses; the CLI only renders the report).
+The checks (docs/cli.md#dsh-doctor):
+
+* **home**: the home folder exists and is a readable directory (not writable: a warning);
+* **free-space**: at least 100 MiB free where the home lives (less: a warning);
+* **cache**: `cache.sqlite3`, when present, passes `PRAGMA quick_check` opened with `mode=ro`;
+* **serve-token**: the `dsh serve` token file, when present, is a regular file with mode 0600;
+* **model-key**, **model-url**: whether a model key is configured (never shown; none is reported but
+  is not a problem, since the demo and scripted runs need none) and that the base URL is an http(s)
+  URL with a host; with `online`,
+  **model-online** calls `GET /models` through the OpenAI client;
+* **store**: the session store opens read-only (`Runtime.open(config, read_only=True)`), and a
+  SQLite store file passes `quick_check` too;
+* **sessions**: every stored session is listed (an entry the listing cannot read is a problem of
+  kind `unreadable`) and observed once, cold, through the query service, with at most
+  `subagent.cold_read_concurrency` reads in flight. Problems, one per finding:
+
+  * `unreadable` (fail): the listing or the read fails (a damaged header or log, a log that is
+    not a regular file, an unreadable folder);
+  * `subagent-without-identity` (fail): a subagent session has no descriptor of its own, so the
+    catalog shows it as a `corrupt` row;
+  * `torn-tail` (warn): the log ends in a torn tail (the next resume removes it and keeps any
+    complete records beside the log);
+  * `orphan` (warn): `parentSession` names a session that is not stored;
+  * `upstream-header` (warn): a header only the TypeScript harness accepts (a Windows `cwd`).
+
+Nothing is repaired, no cache row is written, no writer lock is taken, and no file, folder or
+table is created (the read-only open). The report's status is `fail` when any check or problem
+fails (the CLI exits 7), else `warn` or `ok` (exit 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+from urllib.parse import unquote, urlparse
+
+from dsh.config import Config
+from dsh.errors import DshError
+from dsh.persistence.base import DamagedSession, StoredSessionInfo
+from dsh.persistence.errors import SessionPersistenceError
+from dsh.persistence.headers import upstream_only_reason
+from dsh.projection.cache_storage import quick_check
+from dsh.runtime import Runtime
+from dsh.subagent.listing import folded_identity
+
+__all__ = ["FREE_SPACE_WARN_BYTES", "Check", "DoctorReport", "Problem", "Progress", "run_doctor"]
+
+Status = Literal["ok", "warn", "fail"]
+Severity = Literal["warn", "fail"]
+Progress = Callable[[int, int], None]
+"""Called with `(sessions read, sessions to read)` after each observation (and once with `(0, n)`)."""
+
+FREE_SPACE_WARN_BYTES: Final = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check of the home or its stores: `name`, `ok|warn|fail`, and what was found."""
+
+    name: str
+    status: Status
+    detail: str
+
+    def to_json(self) -> dict[str, object]:
+        """Wire form `{name, status, detail}`."""
+        return {"name": self.name, "status": self.status, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding about one stored session (or one entry that could not be read).
+
+    Attributes:
+        kind: `unreadable`, `subagent-without-identity`, `torn-tail`, `orphan` or `upstream-header`.
+        severity: `fail` (the session is damaged) or `warn`.
+        session_id: The session id when known (for an unreadable entry: the id its folder names).
+        path: The log or folder path when the store has one.
+        reason: What is wrong, for people.
+        fix: A command that fixes it, when one exists.
+    """
+
+    kind: str
+    severity: Severity
+    session_id: str | None
+    path: str | None
+    reason: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """Wire form in camelCase; `fix` only when there is one."""
+        out: dict[str, object] = {
+            "kind": self.kind,
+            "severity": self.severity,
+            "sessionId": self.session_id,
+            "path": self.path,
+            "reason": self.reason,
+        }
+        if self.fix is not None:
+            out["fix"] = self.fix
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    """Everything one doctor run found."""
+
+    home: str
+    checks: tuple[Check, ...]
+    problems: tuple[Problem, ...]
+    sessions: int
+    """How many stored sessions were listed and observed."""
+
+    @property
+    def status(self) -> Status:
+        """`fail` when any check or problem fails, else `warn` when any warns, else `ok`."""
+        states = [check.status for check in self.checks] + [problem.severity for problem in self.problems]
+        if "fail" in states:
+            return "fail"
+        return "warn" if "warn" in states else "ok"
+
+    def to_json(self) -> dict[str, object]:
+        """Wire form: `{home, status, sessions, checks: [...], problems: [...]}`."""
+        return {
+            "home": self.home,
+            "status": self.status,
+            "sessions": self.sessions,
+            "checks": [check.to_json() for check in self.checks],
+            "problems": [problem.to_json() for problem in self.problems],
+        }
+
+
+# ---------------------------------------------------------------- home and files
+
+
+def _home_checks(home: Path) -> list[Check]:
+    if not home.exists():
+        return [Check("home", "fail", f"{home} does not exist (nothing has been stored there)")]
+    if not home.is_dir():
+        return [Check("home", "fail", f"{home} is not a directory")]
+    if not os.access(home, os.R_OK | os.X_OK):
+        return [Check("home", "fail", f"{home} is not readable")]
+    checks = [
+        Check("home", "ok", f"{home} is a readable, writable directory")
+        if os.access(home, os.W_OK)
+        else Check("home", "warn", f"{home} is readable but not writable (commands that write will fail)")
+    ]
+    free = shutil.disk_usage(home).free
+    shown = f"{free / 1024**3:.1f} GiB free"
+    if free < FREE_SPACE_WARN_BYTES:
+        checks.append(Check("free-space", "warn", f"only {free / 1024**2:.0f} MiB free (below 100 MiB)"))
+    else:
+        checks.append(Check("free-space", "ok", shown))
+    return checks
+
+
+def _sqlite_check(name: str, path: Path, what: str) -> Check:
+    """`PRAGMA quick_check` of a SQLite file opened `mode=ro` (blocking)."""
+    if not path.exists():
+        return Check(name, "ok", f"no {what} at {path} (nothing to check)")
+    try:
+        result = quick_check(path)
+    except sqlite3.Error as error:
+        return Check(name, "fail", f"{what} {path} cannot be checked: {error}")
+    if result != "ok":
+        return Check(name, "fail", f"{what} {path} fails quick_check: {result}")
+    return Check(name, "ok", f"{what} {path} passes quick_check")
+
+
+def _sqlite_store_path(config: Config) -> Path | None:
+    url = config.database_url
+    if url is None or urlparse(url).scheme != "sqlite":
+        return None
+    raw = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else ""
+    return Path(raw).expanduser().resolve() if raw else config.home / "sessions.sqlite3"
+
+
+def _file_checks(config: Config) -> list[Check]:
+    checks = _home_checks(config.home)
+    checks.append(_sqlite_check("cache", config.cache_path, "projection cache"))
+    store = _sqlite_store_path(config)
+    if store is not None and store.exists() and store.stat().st_size > 0:
+        checks.append(_sqlite_check("store-file", store, "SQLite session store"))
+    return checks
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def _unreadable_entry(item: DamagedSession) -> Problem:
+    path = item.location if os.sep in item.location else None
+    return Problem("unreadable", "fail", item.session_id, path, f"{item.code}: {item.message}")
+
+
+class _SessionReader:
+    """Observes every listed session once, cold, and turns what it finds into problems."""
+
+    def __init__(self, rt: Runtime, known: set[str], progress: Progress | None, total: int) -> None:
+        self.rt = rt
+        self.known = known
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    async def read(self, row: StoredSessionInfo, slots: asyncio.Semaphore) -> list[Problem]:
+        header = row.header
+        path = self.rt.persistence.locate(header)
+        problems = self._header_problems(row, path)
+        async with slots:
+            problems.extend(await self._observe(row, path))
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+        return problems
+
+    def _header_problems(self, row: StoredSessionInfo, path: str | None) -> list[Problem]:
+        header = row.header
+        found: list[Problem] = []
+        upstream = upstream_only_reason(header)
+        if upstream is not None:
+            found.append(Problem("upstream-header", "warn", header.id, path, upstream))
+        parent = header.parent_session
+        if parent is not None and parent not in self.known:
+            found.append(
+                Problem("orphan", "warn", header.id, path, f'parentSession "{parent}" names no stored session')
+            )
+        return found
+
+    async def _observe(self, row: StoredSessionInfo, path: str | None) -> list[Problem]:
+        header = row.header
+        try:
+            observation = await self.rt.query.observe_session(header.id)
+        except DshError as error:
+            return [Problem("unreadable", "fail", header.id, path, f"{error.code}: {error.message}")]
+        found: list[Problem] = []
+        if observation.torn_tail:
+            found.append(
+                Problem(
+                    "torn-tail",
+                    "warn",
+                    header.id,
+                    path,
+                    "the log ends in a torn tail; the next resume removes it and keeps any complete "
+                    "records it holds beside the log",
+                )
+            )
+        if header.origin == "subagent":
+            try:
+                identity = folded_identity(self.rt.projections, observation.events, observation.inherited_event_count)
+            except Exception:
+                identity = None
+            if identity is None:
+                found.append(
+                    Problem(
+                        "subagent-without-identity",
+                        "fail",
+                        header.id,
+                        path,
+                        "a subagent session without its own subagent/descriptor: the catalog lists it "
+                        "as a corrupt diagnostic row",
+                    )
+                )
+        return found
+
+
+async def _session_problems(rt: Runtime, progress: Progress | None) -> tuple[int, list[Problem]]:
+    listing = await rt.persistence.list()
+    problems = [_unreadable_entry(item) for item in listing.damaged]
+    rows = list(listing.rows)
+    known = {row.header.id for row in rows} | {item.session_id for item in listing.damaged if item.session_id}
+    reader = _SessionReader(rt, known, progress, len(rows))
+    if progress is not None:
+        progress(0, len(rows))
+    slots = asyncio.Semaphore(rt.config.subagent.cold_read_concurrency)
+    found = await asyncio.gather(*(reader.read(row, slots) for row in rows))
+    for row_problems in found:
+        problems.extend(row_problems)
+    return len(rows), problems
+
+
+def _token_check(home: Path) -> Check:
+    from dsh.server.security import TOKEN_FILE
+
+    path = home / TOKEN_FILE
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return Check("serve-token", "ok", f"no API token at {path} yet (dsh serve creates it)")
+    except OSError as error:
+        return Check("serve-token", "fail", f"{path} cannot be read: {error.strerror}")
+    if not stat.S_ISREG(info.st_mode):
+        return Check("serve-token", "fail", f"{path} is not a regular file; remove it and run dsh serve --rotate-token")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        return Check("serve-token", "fail", f"{path} has mode {mode:04o}; dsh serve refuses it (fix: chmod 600 {path})")
+    return Check("serve-token", "ok", f"{path} has mode {mode:04o}")
+
+
+async def _model_checks(config: Config, *, online: bool) -> list[Check]:
+    """The model settings, never showing the key; `online` asks the endpoint for its models."""
+    from dsh.agent.errors import ModelError
+    from dsh.agent.models.openai_compat import resolve_model_settings
+
+    url = config.model.base_url
+    try:
+        settings = resolve_model_settings(config.model)
+    except ModelError as error:
+        if "not an http(s) URL" in error.message:
+            return [Check("model-url", "fail", f"the model base URL {url!r} is not an http(s) URL with a host")]
+        return [
+            Check("model-url", "ok", f"{url} is well-formed"),
+            # Not a warning: a home used only with `dsh demo` and `--script` scripts needs no key.
+            Check(
+                "model-key",
+                "ok",
+                "no model key is set: only keyless runs work (dsh demo, --script); real models need "
+                "DSH_MODEL_API_KEY, or DEEPSEEK_API_KEY for DeepSeek",
+            ),
+        ]
+    variable = {"api_key": "DSH_MODEL_API_KEY", "deepseek_api_key": "DEEPSEEK_API_KEY"}.get(settings.key_source, "")
+    checks = [
+        Check("model-url", "ok", f"{settings.base_url} is well-formed"),
+        Check("model-key", "ok", f"a key is set ({variable or settings.key_source}) for {settings.host}"),
+    ]
+    if online:
+        import openai
+
+        client = openai.AsyncOpenAI(
+            base_url=settings.base_url, api_key=settings.api_key.get_secret_value(), max_retries=0, timeout=30.0
+        )
+        try:
+            page = await client.models.list()
+            checks.append(Check("model-online", "ok", f"GET /models answered with {len(page.data)} models"))
+        except Exception as error:
+            status = getattr(error, "status_code", None)
+            shown = f"HTTP {status}" if status is not None else type(error).__name__
+            checks.append(Check("model-online", "fail", f"GET /models failed: {shown}"))
+        finally:
+            await client.close()
+    return checks
+
+
+async def run_doctor(config: Config, *, progress: Progress | None = None, online: bool = False) -> DoctorReport:
+    """Run every check over `config`'s home and stores, read-only (`online` also asks the model endpoint).
+
+    Raises:
+        ConfigError: The configuration itself is invalid (an unsupported database URL).
+    """
+    checks = await asyncio.to_thread(_file_checks, config)
+    checks.append(await asyncio.to_thread(_token_check, config.home))
+    checks.extend(await _model_checks(config, online=online))
+    problems: list[Problem] = []
+    sessions = 0
+    home_usable = checks[0].status != "fail"
+    if home_usable or _sqlite_store_path(config) is not None:
+        try:
+            async with Runtime.open(config, read_only=True) as rt:
+                sessions, problems = await _session_problems(rt, progress)
+                checks.append(Check("store", "ok", f"{rt.persistence.backend.name} store: {sessions} sessions read"))
+        except SessionPersistenceError as error:
+            checks.append(Check("store", "fail", f"{error.code}: {error.message}"))
+    return DoctorReport(str(config.home), tuple(checks), tuple(problems), sessions)

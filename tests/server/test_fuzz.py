@@ -1,0 +1,79 @@
+"""A schemathesis run against `/openapi.json`: no undocumented status, no 500, no response off its schema.
+
+The server runs on its own loop in a background thread (schemathesis calls block), over a seeded home:
+a live parent with a continuable, a one-shot and a diagnostic child. Each operation but the stream
+gets a fixed-seed, bounded mix of valid requests with random ids, valid requests on the seeded ids
+(so every operation can succeed) and invalid requests, all sent with the token.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.server.helpers import Api, Family, ThreadedServer, seed_family
+
+EXAMPLES_PER_OPERATION = 40
+SEED = 20261201
+CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance, response_headers_conformance]
+
+
+async def _seed(served: Api) -> Family:
+    return await seed_family(served.rt, live_parent=True)
+
+
+def _exercise(
+    strategy: st.SearchStrategy[Any], label: str, base_url: str, auth: dict[str, str], seen: collections.Counter[int]
+) -> Any:
+    @seed(SEED)
+    @settings(
+        max_examples=EXAMPLES_PER_OPERATION, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(case=strategy)
+    def exercise(case: Any) -> None:
+        response = case.call(base_url=base_url, headers=auth, timeout=30)
+        seen[response.status_code] += 1
+        assert response.status_code < 500 or response.status_code == 503, f"{label}: {response.text}"
+        case.validate_response(response, checks=CHECKS)
+
+    return exercise
+
+
+@pytest.mark.slow
+def test_schemathesis_finds_no_undocumented_status_no_500_and_no_schema_violation(tmp_path: Path) -> None:
+    """Every operation but the stream: documented statuses only, no 5xx but 503, schema-valid bodies, a 2xx each."""
+    statuses: dict[str, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    with ThreadedServer(tmp_path / "home", _seed) as live:
+        raw = httpx.get(f"{live.base_url}/openapi.json", timeout=30).json()
+        schema = schemathesis.openapi.from_dict(raw)
+        family: Family = live.seeded
+        known = {"id": family.parent, "pid": family.parent, "cid": family.continuable}
+        auth = {"Authorization": f"Bearer {live.token}"}
+        operations = [result.ok() for result in schema.get_all_operations()]
+        operations = [operation for operation in operations if operation.path != "/api/v1/stream"]
+        assert len(operations) == 12
+        for operation in operations:
+            names = {parameter.name for parameter in operation.path_parameters}
+            seeded = {name: value for name, value in known.items() if name in names}
+            strategy = st.one_of(
+                operation.as_strategy(GenerationMode.POSITIVE),
+                operation.as_strategy(GenerationMode.POSITIVE, path_parameters=seeded or None),
+                operation.as_strategy(GenerationMode.NEGATIVE),
+            )
+            _exercise(strategy, operation.label, live.base_url, auth, statuses[operation.label])()
+    missing = sorted(label for label, seen in statuses.items() if not any(200 <= status < 300 for status in seen))
+    assert missing == [], dict(statuses)
