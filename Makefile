@@ -46,8 +46,10 @@ format: $(STAMP)
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
 
+# Every benchmark (or `make bench BENCH="p7_listing p5_cold_read"`), then bench/results/summary.md;
+# DSH_BENCH_QUICK=1 for a short smoke run.
 bench: $(BENCH_STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,4 +1,11 @@
-"""Shared helpers for the benchmarks: timing, result tables, JSON and PNG output."""
+"""Shared helpers for the benchmarks: timing, rotated rounds, result tables, targets, JSON output.
+
+Every benchmark writes `bench/results/<name>.json` (or under `$DSH_BENCH_RESULTS`) with a `targets`
+list: one row per requirement it checks (`target(...)`, PASS or MISS), per figure it only reports
+(`info(...)`) or per requirement left for a later release (`later(...)`). `bench.summary` gathers
+those rows into one table. `DSH_BENCH_QUICK=1` asks every benchmark for a short run (smaller sizes,
+fewer rounds): a smoke run whose numbers are not meant to be compared.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,16 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 RESULTS = Path(os.environ.get("DSH_BENCH_RESULTS", Path(__file__).resolve().parent / "results"))
+QUICK = os.environ.get("DSH_BENCH_QUICK", "") not in ("", "0")
+"""A short smoke run: smaller sizes and fewer rounds everywhere."""
 
 
 def best_of(fn: Callable[[], Any], repeat: int = 5) -> float:
@@ -37,6 +49,28 @@ async def best_of_async(fn: Callable[[], Awaitable[Any]], repeat: int = 5) -> fl
 def median(values: list[float]) -> float:
     """The median of `values`."""
     return statistics.median(values)
+
+
+def rotated(items: Sequence[T], round_: int, rounds: int) -> list[T]:
+    """The round's order: `items` rotated by an even share per round, reversed on odd rounds.
+
+    Every item takes a different position in each round and the neighbours of a pair swap sides, so
+    warm-up, drift and the cost of whatever ran just before spread evenly over the variants.
+    """
+    shift = (round_ * len(items)) // max(1, rounds)
+    order = list(items[shift:]) + list(items[:shift])
+    return order[::-1] if round_ % 2 else order
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, minimum and maximum of per-round values (the spread shows how much to trust the median)."""
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "rounds": len(values),
+        "values": list(values),
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -65,7 +99,13 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     """Write `bench/results/<name>.json` and return its path."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    payload = {"benchmark": name, "machine": machine(), **payload}
+    payload = {
+        "benchmark": name,
+        "machine": machine(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "quick": QUICK,
+        **payload,
+    }
     path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {path}")
     return path
@@ -75,3 +115,42 @@ def verdict(ratio: float, target: float, *, higher_is_better: bool) -> str:
     """`PASS`/`MISS` against a target ratio."""
     ok = ratio >= target if higher_is_better else ratio <= target
     return "PASS" if ok else "MISS"
+
+
+def target(
+    id_: str,
+    what: str,
+    measured: float,
+    goal: float,
+    *,
+    higher_is_better: bool,
+    spread_: dict[str, Any] | None = None,
+    unit: str = "x",
+) -> dict[str, Any]:
+    """One requirement row: the measured value against `goal`, with its PASS/MISS verdict."""
+    row: dict[str, Any] = {
+        "id": id_,
+        "what": what,
+        "measured": measured,
+        "target": f"{'>=' if higher_is_better else '<='} {goal:g}{unit}",
+        "verdict": verdict(measured, goal, higher_is_better=higher_is_better),
+        "unit": unit,
+    }
+    if spread_ is not None:
+        row["min"], row["max"], row["rounds"] = spread_["min"], spread_["max"], spread_["rounds"]
+    return row
+
+
+def count_target(id_: str, what: str, measured: int, expected: str, ok: bool) -> dict[str, Any]:
+    """One requirement on a count (deterministic, so no spread): PASS when `ok`."""
+    return {"id": id_, "what": what, "measured": measured, "target": expected, "verdict": "PASS" if ok else "MISS"}
+
+
+def info(id_: str, what: str, measured: float | str, *, unit: str = "") -> dict[str, Any]:
+    """A reported figure without a target."""
+    return {"id": id_, "what": what, "measured": measured, "target": "", "verdict": "INFO", "unit": unit}
+
+
+def later(id_: str, what: str) -> dict[str, Any]:
+    """A requirement left for a later release (reported, not measured)."""
+    return {"id": id_, "what": what, "measured": None, "target": "", "verdict": "LATER"}

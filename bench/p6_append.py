@@ -1,176 +1,314 @@
-"""P6 — append throughput: a live JSONL+zstd session against two SQLite-backed peers, same workload.
+"""P6 — append throughput: live dsh sessions against SQLite-backed peers, same workload, equal durability.
 
-Workload for every system: 500 turns x 20 events (1 user message, 17 assistant chunk/message/tool
-events, 1 tool result, 1 turn end) with one durable commit per turn.
-* ours: `Session.append` for each event, `SessionStore.flush` at the turn end (JSONL+zstd, fsync);
-* `openai-agents==0.24.0` `SQLiteSession.add_items` of the turn's 20 items (one commit);
-* `langgraph-checkpoint-sqlite==3.1.2` `SqliteSaver.put` of one checkpoint per turn carrying the
-  turn's messages.
-Target: ours >= 2x the per-event rate of each peer. Run: `python -m bench.p6_append`.
+Workload (`bench.append_peers`): turns of 20 events with one durable commit per turn. dsh appends each
+event with `Session.append` and calls `SessionStore.flush` at the turn end, on the JSONL+zstd backend
+(the default) and on the SQLite backend — more backends are one entry in `DSH_BACKENDS`. The peers:
+openai-agents `SQLiteSession.add_items` of the turn's 20 items, and LangGraph `SqliteSaver.put` of one
+checkpoint per turn, as an agent keeps its state (the checkpoint carries the conversation) and in its
+favourable use (only the turn's messages).
+
+Equal durability: the peers run `journal_mode=WAL` with `synchronous=FULL` (checked on their
+connections) like dsh's SQLite backend, and the JSONL backend `fsync`s every batch. The benchmark
+proves it by counting the durable-sync syscalls of each system in a child process under strace
+(`bench.fsyncs`): every system must make at least one per turn.
+
+The bound: no design that keeps I/O off the event loop commits a turn faster than one write + `fsync`
+through one thread hop, measured alongside (`floor: ...`); `peer turn time / floor` is the best
+ratio any such design could reach against that peer.
+
+Interleaving: the disk is shared and its speed drifts, so each round opens every variant in a fresh
+directory and then runs them turn by turn — turn n of every variant, in a rotated order, before turn
+n + 1 of any — and each variant's round figure is its median turn time. The agent-state peer runs
+right after the others in the same round, by itself (`ALONE`: its writes would slow everyone's
+`fsync`s). Ratios are per round; the summary gives their
+median and spread. Run: `python -m bench p6_append`; `python -m bench.p6_append --one <variant>
+<turns>` runs one variant alone (the fsync-count child).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
-import sqlite3
+import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import print_table, verdict, write_json
+from bench import fsyncs
+from bench.append_peers import (
+    EVENTS_PER_TURN,
+    Floor,
+    FloorHop,
+    Hop,
+    LangGraphSaver,
+    OpenAIAgents,
+    Variant,
+    turn_events,
+)
+from bench.common import QUICK, count_target, info, median, print_table, rotated, spread, target, write_json
 
-TURNS = 500
-EVENTS_PER_TURN = 20
-TEXT = "The teapot is short and stout; here is my handle, here is my spout. "
+TURNS = 50 if QUICK else 500
+ROUNDS = 2 if QUICK else 7
+COUNT_TURNS = 20 if QUICK else 100
+"""Turns per variant in the fsync-count child processes."""
 
+OURS = "dsh jsonl+zstd"
+OURS_SQLITE = "dsh sqlite"
+OPENAI = "openai-agents SQLiteSession"
+LANGGRAPH_STATE = "langgraph SqliteSaver, agent state"
+LANGGRAPH_TURN = "langgraph SqliteSaver, turn only"
+FLOOR_HOP = "floor: write+fsync, one thread hop"
+FLOOR = "floor part: write+fsync"
+HOP = "floor part: one thread hop"
+PEERS = (OPENAI, LANGGRAPH_STATE, LANGGRAPH_TURN)
 
-def _turn_events(turn: int) -> list[tuple[str, dict[str, Any]]]:
-    """The 20 events of one turn, as (type, data), ours."""
-    call_id = f"call-{turn}"
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("turn/start", {"turn": turn}),
-        (
-            "user/message",
-            {
-                "id": f"u{turn}",
-                "role": "user",
-                "content": [{"type": "text", "text": f"Question {turn}: {TEXT}"}],
-                "source": {"kind": "user"},
-            },
-        ),
-        ("step/start", {"turn": turn, "step": 1}),
-    ]
-    events.extend(
-        ("assistant/chunk", {"turn": turn, "step": 1, "chunk": {"type": "text-delta", "text": TEXT[: 20 + i]}})
-        for i in range(12)
-    )
-    events += [
-        (
-            "assistant/message",
-            {
-                "turn": turn,
-                "step": 1,
-                "message": {
-                    "id": f"a{turn}",
-                    "role": "assistant",
-                    "content": [
-                        {"type": "text", "text": TEXT * 2},
-                        {"type": "tool-call", "id": call_id, "name": "read", "arguments": '{"path": "/x"}'},
-                    ],
-                    "source": {"kind": "model", "provider": "bench", "model": "m"},
-                },
-            },
-        ),
-        ("tool/call", {"turn": turn, "step": 1, "callId": call_id, "name": "read", "arguments": '{"path": "/x"}'}),
-        (
-            "tool/result",
-            {
-                "turn": turn,
-                "step": 1,
-                "message": {
-                    "id": f"r{turn}",
-                    "role": "user",
-                    "source": {"kind": "tool", "callId": call_id},
-                    "content": [
-                        {"type": "tool-result", "toolCallId": call_id, "content": [{"type": "text", "text": TEXT}]}
-                    ],
-                },
-            },
-        ),
-        ("step/end", {"turn": turn, "step": 1}),
-        ("turn/end", {"turn": turn, "reason": {"kind": "completed"}}),
-    ]
-    assert len(events) == EVENTS_PER_TURN
-    return events
+_turn_events = turn_events
+"""The workload's turns under the name other benchmarks import them by (`bench.append_peers` holds them)."""
 
 
-def _peer_items(turn: int) -> list[dict[str, Any]]:
-    """The same turn for the peers: the same 20 payloads, one item (or message) per event."""
-    return [{"type": kind, **data} for kind, data in _turn_events(turn)]
-
-
-async def run_ours(root: Path) -> float:
-    from dsh.persistence.coordinator import PersistenceCoordinator
+def _jsonl(root: Path) -> Any:
     from dsh.persistence.jsonl import JsonlBackend
-    from dsh.session.store import SessionStore
 
-    store = SessionStore()
-    async with PersistenceCoordinator(JsonlBackend(root), store) as persistence:
-        session = store.create(header=None)
-        turns = [_turn_events(turn) for turn in range(1, TURNS + 1)]
-        start = time.perf_counter()
-        for events in turns:
-            for kind, data in events:
-                session.append(kind, data)
-            await store.flush(session)
-        elapsed = time.perf_counter() - start
-        await store.aclose()
-        del persistence
-    return elapsed
+    return JsonlBackend(root / "sessions")
 
 
-async def run_openai_agents(root: Path) -> float:
-    from agents.memory import SQLiteSession
+def _sqlite(root: Path) -> Any:
+    from dsh.persistence.sqlite import SqliteBackend
 
-    session = SQLiteSession("bench", db_path=root / "agents.sqlite3")
-    turns = [_peer_items(turn) for turn in range(1, TURNS + 1)]
-    start = time.perf_counter()
-    for items in turns:
-        await session.add_items(items)  # type: ignore[arg-type]
-    elapsed = time.perf_counter() - start
-    session.close()
-    return elapsed
+    return SqliteBackend(root / "sessions.sqlite3")
 
 
-def run_langgraph(root: Path) -> float:
-    from langgraph.checkpoint.base import empty_checkpoint
-    from langgraph.checkpoint.sqlite import SqliteSaver
+DSH_BACKENDS: dict[str, Callable[[Path], Any]] = {OURS: _jsonl, OURS_SQLITE: _sqlite}
+"""dsh variants: name -> backend factory (given a fresh directory). Add a backend here to measure it."""
 
-    connection = sqlite3.connect(root / "langgraph.sqlite3", check_same_thread=False)
-    saver = SqliteSaver(connection)
-    saver.setup()
-    config: Any = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
-    turns = [_peer_items(turn) for turn in range(1, TURNS + 1)]
-    start = time.perf_counter()
-    for turn, items in enumerate(turns, 1):
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"messages": items}
-        checkpoint["channel_versions"] = {"messages": turn}
-        config = saver.put(config, checkpoint, {"source": "loop", "step": turn, "parents": {}}, {"messages": turn})
-    elapsed = time.perf_counter() - start
-    connection.close()
-    return elapsed
+
+class Dsh(Variant):
+    """A live dsh session: `Session.append` of each event, `SessionStore.flush` at the turn end."""
+
+    def __init__(self, backend: Callable[[Path], Any]) -> None:
+        self.backend = backend
+
+    async def open(self, root: Path, turns: int) -> None:
+        from dsh.persistence.coordinator import PersistenceCoordinator
+        from dsh.session.store import SessionStore
+
+        self.store = SessionStore()
+        self.coordinator = PersistenceCoordinator(self.backend(root), self.store)
+        await self.coordinator.open()
+        self.session = self.store.create(header=None)
+        self.events = {turn: turn_events(turn) for turn in range(1, turns + 1)}
+
+    async def turn(self, turn: int) -> None:
+        append = self.session.append
+        for kind, data in self.events[turn]:
+            append(kind, data)
+        await self.store.flush(self.session)
+
+    async def close(self) -> None:
+        await self.store.aclose()
+        await self.coordinator.close()
+
+
+VARIANTS: dict[str, Callable[[], Variant]] = {
+    **{name: (lambda factory=factory: Dsh(factory)) for name, factory in DSH_BACKENDS.items()},
+    OPENAI: OpenAIAgents,
+    LANGGRAPH_STATE: lambda: LangGraphSaver(agent_state=True),
+    LANGGRAPH_TURN: lambda: LangGraphSaver(agent_state=False),
+    FLOOR_HOP: FloorHop,
+    FLOOR: Floor,
+    HOP: Hop,
+}
+
+
+ALONE = frozenset({LANGGRAPH_STATE})
+"""Variants run after the interleaved ones instead of among them: the agent-state peer writes hundreds
+of megabytes per round, and on ext4 an `fsync` commits the journal with every file's dirty data, so
+among the others it would slow everyone's commits by its own writes."""
+
+
+async def _run_turns(variants: dict[str, Variant], times: dict[str, list[float]]) -> None:
+    """Turn 1 of every variant, then turn 2 of every variant, ...; each turn timed on its own."""
+    for turn in range(1, TURNS + 1):
+        for name, variant in variants.items():
+            start = time.perf_counter()
+            await variant.turn(turn)
+            times[name].append(time.perf_counter() - start)
+
+
+async def _round(round_: int, root: Path) -> dict[str, float]:
+    """One round: every variant opened fresh and run turn by turn in a rotated order (the `ALONE`
+    ones afterwards, each by itself); the median turn seconds of each."""
+    order = rotated(list(VARIANTS), round_, ROUNDS)
+    variants = {name: VARIANTS[name]() for name in order}
+    times: dict[str, list[float]] = {name: [] for name in order}
+    for index, variant in enumerate(variants.values()):
+        workdir = root / f"r{round_}-{index}"
+        workdir.mkdir()
+        await variant.open(workdir, TURNS)
+    try:
+        await _run_turns({name: v for name, v in variants.items() if name not in ALONE}, times)
+        for name in sorted(ALONE):
+            os.sync()
+            await _run_turns({name: variants[name]}, times)
+    finally:
+        for variant in variants.values():
+            await variant.close()
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _rounds() -> dict[str, list[float]]:
+    """Median turn seconds per variant per round."""
+    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    tmp = Path(tempfile.mkdtemp(prefix="dsh-p6-"))
+    try:
+        for round_ in range(ROUNDS):
+            os.sync()  # start every round with nothing left to write back
+            for name, value in asyncio.run(_round(round_, tmp)).items():
+                seconds[name].append(value)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return seconds
+
+
+def _one(name: str, turns: int) -> None:
+    """Run one variant alone in a fresh directory (the fsync-count child)."""
+
+    async def run(root: Path) -> None:
+        variant = VARIANTS[name]()
+        await variant.open(root, turns)
+        try:
+            for turn in range(1, turns + 1):
+                await variant.turn(turn)
+        finally:
+            await variant.close()
+
+    tmp = Path(tempfile.mkdtemp(prefix="dsh-p6-one-"))
+    try:
+        asyncio.run(run(tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ratios(seconds: dict[str, list[float]], fast: str, slow: str) -> list[float]:
+    """Per-round rate ratios `fast / slow` (= slow's turn time / fast's turn time)."""
+    return [s / f for f, s in zip(seconds[fast], seconds[slow], strict=True)]
 
 
 def main() -> None:
-    """Run the three systems and print per-event rates and ratios."""
-    total = TURNS * EVENTS_PER_TURN
-    results: dict[str, float] = {}
-    tmp = Path(tempfile.mkdtemp(prefix="dsh-p6-"))
-    try:
-        for name, runner in (
-            ("dsh jsonl+zstd", lambda d: asyncio.run(run_ours(d))),
-            ("openai-agents SQLiteSession", lambda d: asyncio.run(run_openai_agents(d))),
-            ("langgraph SqliteSaver", run_langgraph),
-        ):
-            best = float("inf")
-            for attempt in range(3):
-                workdir = tmp / f"{name.split()[0]}-{attempt}"
-                workdir.mkdir()
-                best = min(best, runner(workdir))
-            results[name] = total / best
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    ours = results["dsh jsonl+zstd"]
-    rows = [[name, round(rate), ours / rate] for name, rate in results.items()]
-    print_table("P6 append throughput (events/s, one durable commit per turn)", ["system", "events/s", "ours/x"], rows)
-    ratios = {name: ours / rate for name, rate in results.items() if name != "dsh jsonl+zstd"}
-    for name, ratio in ratios.items():
-        print(f"  ours / {name}: {ratio:.2f}x (target >= 2.0) {verdict(ratio, 2.0, higher_is_better=True)}")
-    write_json("p6_append", {"events": total, "rates": results, "ratios": ratios, "target": 2.0})
+    """Run the rounds, count the fsyncs, print turn times and ratios, write the targets."""
+    seconds = _rounds()
+    per_turn = {name: median(values) * 1e6 for name, values in seconds.items()}
+    rows = [
+        [name, per_turn[name], EVENTS_PER_TURN * 1e6 / per_turn[name], median(_ratios(seconds, OURS, name))]
+        for name in VARIANTS
+    ]
+    print_table(
+        f"P6 append + durable flush, {TURNS} turns x {EVENTS_PER_TURN} events, {ROUNDS} rounds, "
+        "turns interleaved (medians)",
+        ["variant", "us/turn", "events/s", "dsh jsonl / x"],
+        rows,
+    )
+    ratio = {name: spread(_ratios(seconds, OURS, name)) for name in PEERS}
+    sqlite_ratio = spread(_ratios(seconds, OURS_SQLITE, OPENAI))
+    bound = {name: spread(_ratios(seconds, FLOOR_HOP, name)) for name in PEERS}
+    ours_to_floor = spread(_ratios(seconds, FLOOR_HOP, OURS))
+    what = f"append + durable flush, turns of {EVENTS_PER_TURN} events: dsh jsonl+zstd / "
+    targets = [
+        target("P6", what + OPENAI, ratio[OPENAI]["median"], 2.0, higher_is_better=True, spread_=ratio[OPENAI]),
+        target(
+            "P6",
+            what + LANGGRAPH_STATE + " (checkpoint carries the conversation)",
+            ratio[LANGGRAPH_STATE]["median"],
+            2.0,
+            higher_is_better=True,
+            spread_=ratio[LANGGRAPH_STATE],
+        ),
+        info(
+            "P6",
+            what + LANGGRAPH_TURN + " (its favourable use; aim: parity)",
+            ratio[LANGGRAPH_TURN]["median"],
+            unit="x",
+        ),
+        target(
+            "P6",
+            f"the same, dsh sqlite / {OPENAI} (same transaction and fsync)",
+            sqlite_ratio["median"],
+            1.0,
+            higher_is_better=True,
+            spread_=sqlite_ratio,
+        ),
+    ]
+    targets += [
+        info(
+            "P6",
+            f"bound: {name} turn time / (write+fsync through one thread hop) — the best ratio reachable",
+            bound[name]["median"],
+            unit="x",
+        )
+        for name in PEERS
+    ]
+    targets.append(
+        info("P6", "dsh jsonl+zstd turn time / (write+fsync through one thread hop)", ours_to_floor["median"], unit="x")
+    )
+    counted = _count_fsyncs()
+    targets += counted["targets"]
+    print()
+    for row in targets:
+        measured = row["measured"]
+        shown = f"{measured:.2f}" if isinstance(measured, float) else str(measured)
+        print(f"  {row['what']}: {shown} (target {row['target'] or '-'}) {row['verdict']}")
+    write_json(
+        "p6_append",
+        {
+            "turns": TURNS,
+            "events_per_turn": EVENTS_PER_TURN,
+            "rounds": ROUNDS,
+            "median_turn_seconds": seconds,
+            "us_per_turn": per_turn,
+            "ratios": dict(ratio) | {"dsh sqlite / " + OPENAI: sqlite_ratio},
+            "bound": bound,
+            "fsyncs": counted["counts"],
+            "targets": targets,
+        },
+    )
+
+
+def _count_fsyncs() -> dict[str, Any]:
+    """Durable syncs per system for `COUNT_TURNS` turns, each in a child process under strace."""
+    # Only systems that sync in this process: a database server's fsyncs happen in the server.
+    systems = [OURS, OURS_SQLITE, *PEERS]
+    if not fsyncs.available():
+        row = info("P6", "equal durability: fsyncs per turn (strace not available, not counted)", "not counted")
+        return {"counts": {}, "targets": [row]}
+    counts: dict[str, int | None] = {
+        name: fsyncs.count(["bench.p6_append", "--one", name, str(COUNT_TURNS)]) for name in systems
+    }
+    print_table(
+        f"durable syncs (fsync, fdatasync, ...) for {COUNT_TURNS} turns, whole child process",
+        ["system", "syncs", "per turn"],
+        [[name, "-" if n is None else n, "-" if n is None else n / COUNT_TURNS] for name, n in counts.items()],
+    )
+    rows = [
+        count_target(
+            "P6",
+            f"equal durability: {name} syncs for {COUNT_TURNS} turns (at least one per commit)",
+            -1 if n is None else n,
+            f">= {COUNT_TURNS}",
+            n is not None and n >= COUNT_TURNS,
+        )
+        for name, n in counts.items()
+    ]
+    return {"counts": counts, "targets": rows}
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--one":
+        _one(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

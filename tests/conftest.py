@@ -14,6 +14,7 @@ import pytest
 
 import dsh
 from dsh.testing.fake_openai import FakeOpenAIServer
+from dsh.testing.postgres import ThrowawaySchemas
 from dsh.testing.sqlite_writer import SqliteLoopGuard
 from dsh.testing.stored_logs import StepClock
 
@@ -144,3 +145,15 @@ def openai_server(shared_openai_server: FakeOpenAIServer) -> Iterator[FakeOpenAI
     shared_openai_server.reset()
     yield shared_openai_server
     shared_openai_server.reset()
+
+
+@pytest.fixture
+def pg_schemas() -> Iterator[ThrowawaySchemas]:
+    """Throw-away PostgreSQL schemas for one test, dropped afterwards.
+
+    Asking for a schema skips the test when `DSH_TEST_POSTGRES_URL` is unset or its server does not
+    answer, and fails it instead under CI (dsh.testing.postgres).
+    """
+    schemas = ThrowawaySchemas()
+    yield schemas
+    schemas.drop_all()

@@ -12,10 +12,20 @@ JSON guessing: `DSH_MODEL` names the model, it is not a JSON value for the whole
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -30,6 +40,7 @@ __all__ = [
     "Config",
     "ModelConfig",
     "PersistenceConfig",
+    "PostgresConfig",
     "ServerConfig",
     "SubagentConfig",
     "default_home",
@@ -39,6 +50,7 @@ DEFAULT_COLD_READ_CONCURRENCY: Final = 4
 DEFAULT_MODEL_BASE_URL: Final = "https://api.deepseek.com"
 DEFAULT_MODEL: Final = "deepseek-chat"
 _MAX_INT32: Final = 2_147_483_647
+_SCHEMA_NAME: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 class _Section(BaseModel):
@@ -55,6 +67,52 @@ class PersistenceConfig(_Section):
     """Persistence settings: the write-behind window (docs/glossary.md#write-behind-window)."""
 
     write_batch_max_delay_ms: int = Field(default=200, ge=1, le=_MAX_INT32)
+
+
+class PostgresConfig(_Section):
+    """PostgreSQL store settings, used with a `postgresql://` database URL (docs/storage-format.md#postgresql-schema).
+
+    Attributes:
+        schema_name: The schema holding dsh's tables (`DSH_PG_SCHEMA`, default `dsh`): lower-case
+            letters, digits and `_`, starting with a letter or `_`, at most 63 characters.
+        lease_ttl_s: How long a session's writer lease lasts without renewal (`DSH_PG_LEASE_TTL_S`).
+        lease_renew_s: How often the heartbeat renews every held lease (`DSH_PG_LEASE_RENEW_S`);
+            must be shorter than the TTL.
+        pool_min_size: Connections the pool keeps open.
+        pool_max_size: The most connections the pool opens.
+        statement_timeout_ms: The server-side limit of one statement (and of a transaction left
+            idle), in milliseconds; 0 turns it off.
+        connect_timeout_s: How long opening a connection may take.
+    """
+
+    schema_name: str = "dsh"
+    lease_ttl_s: float = Field(default=30.0, gt=0, le=86_400)
+    lease_renew_s: float = Field(default=10.0, gt=0, le=86_400)
+    pool_min_size: int = Field(default=1, ge=1, le=1000)
+    pool_max_size: int = Field(default=10, ge=1, le=1000)
+    statement_timeout_ms: int = Field(default=30_000, ge=0, le=_MAX_INT32)
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+
+    @field_validator("schema_name")
+    @classmethod
+    def _schema_identifier(cls, value: str) -> str:
+        if not _SCHEMA_NAME.fullmatch(value):
+            raise ValueError(
+                f"invalid postgres.schema_name {value!r}: use lower-case letters, digits and _, "
+                "starting with a letter or _, at most 63 characters"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _renewal_before_expiry(self) -> PostgresConfig:
+        if self.lease_renew_s >= self.lease_ttl_s:
+            raise ValueError(
+                f"invalid postgres lease settings: lease_renew_s ({self.lease_renew_s}) must be shorter than "
+                f"lease_ttl_s ({self.lease_ttl_s})"
+            )
+        if self.pool_min_size > self.pool_max_size:
+            raise ValueError("invalid postgres pool settings: pool_min_size is larger than pool_max_size")
+        return self
 
 
 class CacheConfig(_Section):
@@ -139,6 +197,7 @@ def default_home() -> Path:
 
 _SECTIONS: Final[dict[str, type[_Section]]] = {
     "persistence": PersistenceConfig,
+    "postgres": PostgresConfig,
     "cache": CacheConfig,
     "subagent": SubagentConfig,
     "server": ServerConfig,
@@ -158,6 +217,9 @@ _FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "DSH_MODEL_MAX_TOKENS": ("model", "max_tokens"),
     "DEEPSEEK_API_KEY": ("model", "deepseek_api_key"),
     "DSH_SERVE_MAX_BODY_BYTES": ("server", "max_body_bytes"),
+    "DSH_PG_SCHEMA": ("postgres", "schema_name"),
+    "DSH_PG_LEASE_TTL_S": ("postgres", "lease_ttl_s"),
+    "DSH_PG_LEASE_RENEW_S": ("postgres", "lease_renew_s"),
 }
 """Flat names of section fields. An empty flat variable counts as unset; when both a flat name and
 the nested `DSH_<SECTION>__<FIELD>` are set, the nested one wins (it is the canonical spelling)."""
@@ -230,6 +292,7 @@ class Config(BaseSettings):
     home: Path = Field(default_factory=default_home)
     database_url: str | None = None
     persistence: PersistenceConfig = Field(default_factory=PersistenceConfig)
+    postgres: PostgresConfig = Field(default_factory=PostgresConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     subagent: SubagentConfig = Field(default_factory=SubagentConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

@@ -13,6 +13,10 @@ The checks (docs/cli.md#dsh-doctor):
   **model-online** calls `GET /models` through the OpenAI client;
 * **store**: the session store opens read-only (`Runtime.open(config, read_only=True)`), and a
   SQLite store file passes `quick_check` too;
+* **postgres**, **sync-commit**, **leases** (PostgreSQL stores): the server answers (its version),
+  the schema and its version, a warning when `synchronous_commit` is off, and the writer leases
+  held and expired (an expired one is a warning: a crashed writer's, taken over by the next resume);
+  the home folder is then optional and the cache is checked in the database, not as a file;
 * **sessions**: every stored session is listed (an entry the listing cannot read is a problem of
   kind `unreadable`) and observed once, cold, through the query service, with at most
   `subagent.cold_read_concurrency` reads in flight. Problems, one per finding:
@@ -184,7 +188,17 @@ def _sqlite_store_path(config: Config) -> Path | None:
     return Path(raw).expanduser().resolve() if raw else config.home / "sessions.sqlite3"
 
 
+def _is_postgres(config: Config) -> bool:
+    url = config.database_url
+    return url is not None and urlparse(url).scheme in ("postgresql", "postgres")
+
+
 def _file_checks(config: Config) -> list[Check]:
+    if _is_postgres(config):
+        # Sessions and the projection cache live in the database; the home only holds the API token.
+        if not os.path.lexists(config.home):
+            return [Check("home", "ok", f"{config.home} does not exist (not needed: sessions live in PostgreSQL)")]
+        return _home_checks(config.home)
     checks = _home_checks(config.home)
     checks.append(_sqlite_check("cache", config.cache_path, "projection cache"))
     store = _sqlite_store_path(config)
@@ -349,6 +363,39 @@ async def _model_checks(config: Config, *, online: bool) -> list[Check]:
     return checks
 
 
+async def _postgres_checks(rt: Runtime) -> list[Check]:
+    """The PostgreSQL store's server, schema and leases (nothing for other stores)."""
+    backend = rt.persistence.backend
+    if backend.name != "postgresql":
+        return []
+    from dsh.persistence.postgres import PostgresBackend
+
+    if not isinstance(backend, PostgresBackend):
+        return []
+    facts = await backend.diagnostics()
+    version = facts["schema_version"]
+    schema = f'schema "{facts["schema"]}" ' + (f"version {version}" if version is not None else "not created yet")
+    checks = [Check("postgres", "ok", f"{backend.location}: PostgreSQL {facts['server_version']}, {schema}")]
+    if str(facts["synchronous_commit"]).lower() == "off":
+        checks.append(
+            Check("sync-commit", "warn", "synchronous_commit is off: a committed append can be lost in a server crash")
+        )
+    leases = facts["leases"]
+    expired = [lease for lease in leases if lease.expired]
+    held = [lease for lease in leases if not lease.expired]
+    shown = "; ".join(
+        f"{lease.session_id} by {lease.holder} (generation {lease.generation}, "
+        f"{'expired' if lease.expired else 'expires'} {lease.expires_at.isoformat(timespec='seconds')})"
+        for lease in [*held, *expired][:10]
+    )
+    detail = f"{len(held)} held, {len(expired)} expired" + (f": {shown}" if shown else "")
+    if len(leases) > 10:
+        detail += f" (and {len(leases) - 10} more)"
+    # An expired lease is what a crashed writer leaves: the next resume of that session takes it over.
+    checks.append(Check("leases", "warn" if expired else "ok", detail))
+    return checks
+
+
 async def run_doctor(config: Config, *, progress: Progress | None = None, online: bool = False) -> DoctorReport:
     """Run every check over `config`'s home and stores, read-only (`online` also asks the model endpoint).
 
@@ -361,11 +408,12 @@ async def run_doctor(config: Config, *, progress: Progress | None = None, online
     problems: list[Problem] = []
     sessions = 0
     home_usable = checks[0].status != "fail"
-    if home_usable or _sqlite_store_path(config) is not None:
+    if home_usable or _sqlite_store_path(config) is not None or _is_postgres(config):
         try:
             async with Runtime.open(config, read_only=True) as rt:
                 sessions, problems = await _session_problems(rt, progress)
                 checks.append(Check("store", "ok", f"{rt.persistence.backend.name} store: {sessions} sessions read"))
+                checks.extend(await _postgres_checks(rt))
         except SessionPersistenceError as error:
             checks.append(Check("store", "fail", f"{error.code}: {error.message}"))
     return DoctorReport(str(config.home), tuple(checks), tuple(problems), sessions)

@@ -94,6 +94,7 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     SESSION_QUERY_INVALID_WINDOW             a history page's before_seq is not a non-negative integer
     SESSION_QUERY_INVALID_LIMIT              a history page's max_messages is out of range
     SESSION_QUERY_INVALID_LINEAGE            parentSession links form a cycle
+    SESSION_QUERY_INVALID_FILTER             a session filter is malformed
     SUBAGENT_CONTROL_PROJECTIONS_UNAVAILABLE   listing subagents without a projection registry
     SUBAGENT_CONTROL_SESSION_STORE_UNAVAILABLE listing subagents without a session store
     SUBAGENT_CONTROL_QUERY_UNAVAILABLE         listing subagents without a session query service

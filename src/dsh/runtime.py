@@ -2,10 +2,11 @@
 
 Layer: top (above every service layer; the CLI and the server use it). `async with
 Runtime.open(config) as rt:` builds, in order, the session store, persistence (JSONL+zstd under the
-home folder by default, SQLite for `sqlite:///...`, in-memory for `memory:`), the projection
-registry, the projection cache (SQLite file; if it refuses to open, the runtime logs one warning
-and runs without it), the query service, the live agent registry and the subagent runtime (with this
-runtime as its agent host). It closes in the one order every hand-built stack must follow too: open
+home folder by default, SQLite for `sqlite:///...`, PostgreSQL for `postgresql://...`, in-memory for
+`memory:`), the projection registry, the projection cache (a SQLite file, or a table beside the
+sessions in PostgreSQL; if it refuses to open, the runtime logs one warning and runs without it), the
+query service, the live agent registry and the subagent runtime (with this runtime as its agent
+host). It closes in the one order every hand-built stack must follow too: open
 turns cancelled → subagents drained child-first → remaining agents → sessions (dispose, which
 triggers the cache's mandatory writes) → cache → unit registrations → registry → persistence.
 
@@ -29,23 +30,18 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 from urllib.parse import unquote, urlparse
 
 from dsh.agent.errors import AgentError
 from dsh.agent.ids import IdFactory, RandomIds
-from dsh.agent.loop import Agent, AgentOptions, TurnResult
-from dsh.agent.messages import Source, UserSource
-from dsh.agent.model import ModelClient
 from dsh.agent.registry import AgentRegistry
-from dsh.agent.tools import Tool, ToolRegistry
-from dsh.config import Config
 from dsh.errors import ConfigError
 from dsh.persistence.base import StorageBackend
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.errors import StoreMisconfiguredError
 from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
-from dsh.projection.cache_storage import SqliteCacheStorage
+from dsh.projection.cache_storage import CacheStorage, SqliteCacheStorage
 from dsh.projection.errors import ProjectionError
 from dsh.projection.registry import ProjectionRegistry
 from dsh.query.service import SessionQuery
@@ -55,7 +51,16 @@ from dsh.session.session import Session
 from dsh.session.store import SessionStore, wall_clock_ms
 from dsh.subagent.runtime import SubagentRuntime
 from dsh.timer import Timer
-from dsh.tools import default_tools
+
+if TYPE_CHECKING:
+    # The agent loop, the tools (pydantic models) and the config (pydantic-settings) load when a
+    # runtime is built or an agent starts, not when this module is imported
+    # (docs/architecture.md#import-cost).
+    from dsh.agent.loop import Agent, AgentOptions, TurnResult
+    from dsh.agent.messages import Source
+    from dsh.agent.model import ModelClient
+    from dsh.agent.tools import Tool, ToolRegistry
+    from dsh.config import Config
 
 __all__ = ["Runtime", "backend_for"]
 
@@ -92,9 +97,24 @@ def backend_for(config: Config, *, read_only: bool = False) -> StorageBackend:
         from dsh.persistence.memory import MemoryBackend
 
         return MemoryBackend()
+    if parsed.scheme in ("postgresql", "postgres"):
+        from dsh.persistence.postgres import PostgresBackend
+
+        pg = config.postgres
+        return PostgresBackend(
+            url,
+            schema=pg.schema_name,
+            lease_ttl_s=pg.lease_ttl_s,
+            lease_renew_s=pg.lease_renew_s,
+            pool_min_size=pg.pool_min_size,
+            pool_max_size=pg.pool_max_size,
+            statement_timeout_ms=pg.statement_timeout_ms,
+            connect_timeout_s=pg.connect_timeout_s,
+            read_only=read_only,
+        )
     raise ConfigError(
         f"database_url scheme {parsed.scheme!r} is not supported by this build "
-        "(use sqlite:///<path>, memory:, or leave it unset for JSONL under the home folder)"
+        "(use sqlite:///<path>, postgresql://..., memory:, or leave it unset for JSONL under the home folder)"
     )
 
 
@@ -129,6 +149,8 @@ class Runtime:
         use_cache: bool = True,
         read_only: bool = False,
     ) -> None:
+        from dsh.config import Config
+
         if not isinstance(config, Config):
             raise ConfigError("Runtime.open expects a dsh.Config")
         if type(read_only) is not bool:
@@ -145,8 +167,10 @@ class Runtime:
         self._use_cache = use_cache
         self.read_only = read_only
         """Opened read-only: nothing is created or changed, and no agent starts."""
-        self.tools = ToolRegistry([*default_tools(config.subagent), *tools])
-        """The tools every agent of this runtime offers its model: the default set, then `tools`."""
+        self._extra_tools = tuple(tools)
+        self._tools: ToolRegistry | None = None
+        if self._extra_tools:
+            self._tools = self._build_tools()  # a name clash raises here, at open
         self.services = Services()
         self._opened = False
         self._closed = False
@@ -184,8 +208,12 @@ class Runtime:
                 used only when its file exists, and no agent starts. A `backend` passed in is used
                 as given. A missing store raises `StoreMisconfiguredError` when entered.
         """
+        if config is None:
+            from dsh.config import Config
+
+            config = Config()
         return cls(
-            config if config is not None else Config(),
+            config,
             model=model,
             ids=ids,
             clock=clock,
@@ -197,6 +225,22 @@ class Runtime:
         )
 
     # ---------------------------------------------------------------- accessors
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools every agent of this runtime offers its model: the default set, then `tools`.
+
+        Built on first use, so a runtime that only reads never loads the tools' argument models.
+        """
+        if self._tools is None:
+            self._tools = self._build_tools()
+        return self._tools
+
+    def _build_tools(self) -> ToolRegistry:
+        from dsh.agent.tools import ToolRegistry
+        from dsh.tools import default_tools
+
+        return ToolRegistry([*default_tools(self.config.subagent), *self._extra_tools])
 
     @property
     def sessions(self) -> SessionStore:
@@ -292,14 +336,27 @@ class Runtime:
         services.query = SessionQuery(sessions, persistence, projections=registry)
         return self
 
-    async def _open_cache(
-        self, registry: ProjectionRegistry, sessions: SessionStore, persistence: PersistenceCoordinator
-    ) -> ProjectionCache | None:
+    async def _open_cache_storage(self, persistence: PersistenceCoordinator) -> CacheStorage | None:
+        """The cache's storage: beside the sessions in PostgreSQL, else the `cache.sqlite3` file."""
+        backend = persistence.backend
+        if backend.name == "postgresql":
+            from dsh.persistence.postgres import PostgresBackend
+            from dsh.projection.cache_postgres import PostgresCacheStorage
+
+            if isinstance(backend, PostgresBackend):
+                return await PostgresCacheStorage.open(backend, read_only=self.read_only)
         path = self.config.cache_path
         if self.read_only and not await asyncio.to_thread(os.path.lexists, path):
             return None  # derived data: a read-only runtime runs without a cache it would have to create
+        return await SqliteCacheStorage.open(path, read_only=self.read_only)
+
+    async def _open_cache(
+        self, registry: ProjectionRegistry, sessions: SessionStore, persistence: PersistenceCoordinator
+    ) -> ProjectionCache | None:
         try:
-            storage = await SqliteCacheStorage.open(path, read_only=self.read_only)
+            storage = await self._open_cache_storage(persistence)
+            if storage is None:
+                return None
         except ProjectionError as error:
             if self.read_only:
                 _log.info("projection cache not used by this read-only run: %s", error)
@@ -382,6 +439,8 @@ class Runtime:
 
     def agent_options(self, **overrides: object) -> AgentOptions:
         """The options of a new top-level agent: `config.agent` and the model name, then `overrides`."""
+        from dsh.agent.loop import AgentOptions
+
         settings = self.config.agent
         client_model = getattr(self._model, "model", None)
         values: dict[str, object] = {
@@ -405,6 +464,8 @@ class Runtime:
                 the runtime closes.
             ModelError: `MODEL_NOT_CONFIGURED` when no model client is available.
         """
+        from dsh.agent.loop import Agent
+
         self._refuse_closing()
         agent = Agent(
             session,
@@ -482,7 +543,11 @@ class Runtime:
             agent = await self.create_agent(cwd=cwd)
         else:
             agent = await self.resume_agent(session_id)
-        message_id = await agent.send(prompt, source if source is not None else UserSource())
+        if source is None:
+            from dsh.agent.messages import UserSource
+
+            source = UserSource()
+        message_id = await agent.send(prompt, source)
         return await agent.turn_result(message_id)
 
     async def settle(self, timeout: float | None = 60) -> None:  # noqa: ASYNC109 - the documented signature

@@ -1,14 +1,14 @@
 """The `Services` container: the services of one runtime, by role.
 
-Layer: base. A plain dataclass whose every field is optional; code that needs a service reads it
-from the container *at call time* and applies its own rule for absence (fail loud with a stable
-code, or skip an optional accelerator). Field types are imported only for type checking, so this
+Layer: base. A plain class whose every field is optional, given by keyword (not a dataclass: it is
+defined at every start, docs/architecture.md#import-cost); code that needs a service reads it from
+the container *at call time* and applies its own rule for absence (fail loud with a stable code, or
+skip an optional accelerator). Field types are imported only for type checking, so this
 module imports no layer at run time. Fields are added as their layers land.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,14 +24,28 @@ if TYPE_CHECKING:
 __all__ = ["Services"]
 
 
-@dataclass
 class Services:
-    """Services by role; a field is None when the service is not mounted."""
+    """Services by role; a field is None when the service is not mounted (assign one to mount it)."""
 
-    sessions: SessionStore | None = None
-    persistence: SessionPersistence | None = None
-    projections: ProjectionRegistry | None = None
-    projection_cache: ProjectionCache | None = None
-    query: SessionQuery | None = None
-    agents: AgentRegistry[Agent] | None = None
-    subagents: SubagentRuntime | None = None
+    def __init__(
+        self,
+        *,
+        sessions: SessionStore | None = None,
+        persistence: SessionPersistence | None = None,
+        projections: ProjectionRegistry | None = None,
+        projection_cache: ProjectionCache | None = None,
+        query: SessionQuery | None = None,
+        agents: AgentRegistry[Agent] | None = None,
+        subagents: SubagentRuntime | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.persistence = persistence
+        self.projections = projections
+        self.projection_cache = projection_cache
+        self.query = query
+        self.agents = agents
+        self.subagents = subagents
+
+    def __repr__(self) -> str:
+        mounted = ", ".join(f"{name}={type(value).__name__}" for name, value in vars(self).items() if value is not None)
+        return f"Services({mounted})"

@@ -9,6 +9,7 @@ columns are left out in the documented order (docs/cli.md#tables-at-80-columns).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from dsh.cli import app as cli_app
+from dsh.cli import render
 from dsh.cli.app import primary_error
 from dsh.cli.errors import exit_code_for
 from dsh.cli.main import app
@@ -190,6 +192,58 @@ def test_the_cli_honours_an_80_column_terminal(tmp_path: Path, monkeypatch: pyte
     lines = result.stdout.splitlines()
     assert all(len(line.rstrip()) <= 80 for line in lines), lines
     assert any("kid\\x1b[31m\\x9b" in line for line in lines)
+
+
+_AWKWARD_LABELS = [
+    "Collect sources",
+    "  padded  ",
+    "wide 中文 characters and \uff21\uff22\uff23",
+    "emoji 😀 and 👩\u200d💻 joined",
+    "combining e\u0301 marks and a soft\u00adhyphen",
+    "[bold]markup[/bold] :smile: stays literal",
+    HOSTILE_LABEL,
+    "x" * 150,
+]
+
+
+@pytest.mark.parametrize("descendants", [False, True])
+@pytest.mark.parametrize("plain", [False, True])
+@pytest.mark.parametrize("width", [30, 80, 200])
+@pytest.mark.parametrize("label", _AWKWARD_LABELS)
+def test_plain_tables_are_what_rich_prints(label: str, width: int, plain: bool, descendants: bool) -> None:
+    """Off a terminal a table is laid out without rich, byte for byte what rich prints at that width."""
+    rows = [
+        SubagentChildRow(UUID, "continuable", "running", True, label=label),  # type: ignore[arg-type]
+        SubagentChildRow(f"{UUID}\u202e", "one-shot", "inactive", False),  # type: ignore[arg-type]
+        SubagentDiagnosticRow(UUID.replace("3", "5"), "corrupt"),  # type: ignore[arg-type]
+    ]
+    if descendants:
+        entries = [SubagentDescendantEntry(row, UUID, 1 + index) for index, row in enumerate(rows)]
+        table = render._descendants(entries, plain=plain)
+    else:
+        table = render._catalog(f"subagents of {label}", rows, plain=plain)
+    text = render._text(table, width)
+    if text is None:  # LABEL wraps or a line runs on: rich lays that out, as it always did
+        kept, label_width, _ = render._fit(table.columns, width)
+        label_column = next(column for column in kept if column.title == "LABEL")
+        total = sum(label_width if column is label_column else column.natural for column in kept) + 2 * (len(kept) - 1)
+        assert label_column.natural > label_width or total > width
+        return
+    captured = io.StringIO()
+    console = Console(file=captured, width=width, no_color=plain, force_terminal=False, emoji=False, highlight=False)
+    render._print(console, table)
+    assert text == captured.getvalue()
+
+
+def test_forced_colour_off_a_terminal_still_renders_through_rich(tmp_path: Path) -> None:
+    """`FORCE_COLOR` makes rich style a pipe, so `dsh agents` prints through rich and keeps the styles."""
+    asyncio.run(_hostile_home(tmp_path))
+    result = runner.invoke(app, ["--home", str(tmp_path), "agents", "P"], env={"FORCE_COLOR": "1"}, color=True)
+    assert result.exit_code == 0, result.output
+    assert "\x1b[" in result.stdout
+    plain = runner.invoke(app, ["--home", str(tmp_path), "agents", "P"], env={"FORCE_COLOR": None}, color=True)
+    assert "\x1b[" not in plain.stdout
+    assert "kid\\x1b[31m\\x9b" in plain.stdout
 
 
 # ---------------------------------------------------------------- help

@@ -17,6 +17,7 @@ from dsh.persistence.base import Capability, StorageBackend, StoredLog, TypedRea
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
+from dsh.persistence.postgres import PostgresBackend
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.store import SessionStore
 from dsh.testing.faulty import FaultyBackend, IOFaultSeam, TypedFaultyBackend
@@ -33,6 +34,7 @@ BACKENDS: dict[str, Callable[[Path], StorageBackend]] = {
     "jsonl-zstd": lambda root: JsonlBackend(root / "sessions", compression="zstd"),
     "jsonl-raw": lambda root: JsonlBackend(root / "sessions", compression="none"),
     "sqlite": lambda root: SqliteBackend(root / "sessions.sqlite3"),
+    "postgresql": lambda _root: PostgresBackend("postgresql://127.0.0.1/never-opened"),
 }
 
 
@@ -58,13 +60,13 @@ def test_artifact_paths_are_declared_exactly_when_locate_names_one(shipped: Stor
     assert _declares(shipped, Capability.ARTIFACT_PATHS) == (located is not None)
 
 
-def test_no_shipped_backend_hands_out_leases(shipped: StorageBackend) -> None:
-    """None of the shipped backends declares LEASES (file stores guard writers with `flock`)."""
-    assert not _declares(shipped, Capability.LEASES)
+def test_only_the_postgres_backend_hands_out_leases(shipped: StorageBackend) -> None:
+    """Only PostgreSQL declares LEASES (fenced lease rows); the file stores guard writers with `flock`."""
+    assert _declares(shipped, Capability.LEASES) == (shipped.name == "postgresql")
 
 
 def test_every_shipped_backend_offers_the_fault_seam(shipped: StorageBackend) -> None:
-    """Memory, JSONL and SQLite all offer the in-backend fault hook the conformance suite arms."""
+    """Memory, JSONL, SQLite and PostgreSQL all offer the in-backend fault hook the conformance suite arms."""
     assert isinstance(shipped, IOFaultSeam)
 
 

@@ -144,9 +144,9 @@ def test_locate_needs_no_io(tmp_path: Path) -> None:
 
 
 def test_capabilities_and_name() -> None:
-    """The JSONL backend declares artifact paths only (the coordinator reads whole logs)."""
+    """The JSONL backend declares artifact paths and eager appends, no typed reads (it reads whole logs)."""
     backend = JsonlBackend("relative/root")
-    assert backend.capabilities == frozenset({Capability.ARTIFACT_PATHS})
+    assert backend.capabilities == frozenset({Capability.ARTIFACT_PATHS, Capability.EAGER_APPENDS})
     assert backend.root.is_absolute()
 
 
@@ -175,7 +175,7 @@ async def test_root_that_is_a_file_is_misconfigured(tmp_path: Path) -> None:
         await backend.open()
     assert caught.value.code == "STORE_MISCONFIGURED"
     with pytest.raises(StoreMisconfiguredError):
-        await backend.list_headers(parent_session=None)
+        await backend.list_headers()
 
 
 async def test_missing_root_is_fine_until_first_materialization(tmp_path: Path) -> None:
@@ -183,7 +183,7 @@ async def test_missing_root_is_fine_until_first_materialization(tmp_path: Path) 
     root = tmp_path / "deep" / "sessions"
     backend = JsonlBackend(root)
     await backend.open()
-    assert await backend.list_headers(parent_session=None) == ([], [])
+    assert await backend.list_headers() == ([], [])
     assert await backend.load("x") is None
     assert await backend.read_revision("x") is None
     assert not await backend.exists("x")
@@ -235,18 +235,21 @@ async def test_calls_after_close_are_refused(tmp_path: Path) -> None:
     with pytest.raises(PersistenceClosedError):
         await backend.load("x")
     with pytest.raises(PersistenceClosedError):
-        await backend.list_headers(parent_session=None)
+        await backend.list_headers()
 
 
 async def test_root_path_never_escapes(tmp_path: Path) -> None:
-    """Ids and cwds that look like traversal stay inside the root (every artifact is below it)."""
+    """Ids and cwds that look like traversal stay inside the root (every artifact is below it).
+
+    The only files beside the root are the writer locks and the parent index, each flat in its folder.
+    """
     root = tmp_path / "sessions"
     async with running(make_backend(root, "none")) as (_, store):
         for session_id, cwd in (("../../etc", "/../.."), ("a/../../b", "/x/../../y"), ("~", "/")):
             session = store.create(session_id, header=HeaderInit(cwd=cwd))
             append_note(session, 0)
             await store.flush(session)
-    locks = tmp_path / "sessions.locks"
+    beside = {tmp_path / "sessions.locks", tmp_path / "sessions.index"}
     for path in _files(tmp_path):
-        assert os.path.commonpath([root, path]) == str(root) or path.parent == locks
+        assert os.path.commonpath([root, path]) == str(root) or path.parent in beside
     assert len(_files(root)) == 3

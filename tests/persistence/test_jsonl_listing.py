@@ -73,7 +73,7 @@ async def test_other_encoding_in_root_is_misconfigured(tmp_path: Path, compressi
         await backend.open()
     assert caught.value.code == "STORE_MISCONFIGURED"
     for call in (
-        backend.list_headers(parent_session=None),
+        backend.list_headers(),
         backend.load("foreign"),
         backend.exists("foreign"),
         backend.read_revision("foreign"),
@@ -92,7 +92,7 @@ async def test_flat_legacy_file_is_misconfigured(tmp_path: Path, compression: st
     with pytest.raises(StoreMisconfiguredError, match="flat legacy layout"):
         await backend.open()
     with pytest.raises(StoreMisconfiguredError):
-        await backend.list_headers(parent_session=None)
+        await backend.list_headers()
     with pytest.raises(StoreMisconfiguredError):
         await backend.load("legacy")
 
@@ -203,7 +203,7 @@ async def test_listing_reads_only_header_frames(tmp_path: Path) -> None:
     await asyncio.to_thread(build)
     opener = CountingOpener()
     backend = JsonlBackend(root, opener=opener)
-    rows, damaged = await backend.list_headers(parent_session=None)
+    rows, damaged = await backend.list_headers()
     assert (len(rows), damaged) == (1000, [])
     assert len(opener.opens) == 1000
     assert set(opener.opens.values()) == {1}
@@ -223,7 +223,7 @@ async def test_listing_omits_a_log_deleted_after_discovery(tmp_path: Path) -> No
     await writer.write("gone", stored_header("gone"), closed_records(1))
     await writer.write("kept", stored_header("kept"), closed_records(1))
     os.unlink(writer.path_of("gone"))
-    rows, damaged = await make_backend(root, "zstd").list_headers(parent_session=None)
+    rows, damaged = await make_backend(root, "zstd").list_headers()
     assert [row[0]["id"] for row in rows] == ["kept"]
     assert damaged == []
 
@@ -241,6 +241,6 @@ async def test_unreadable_log_is_reported_without_failing_the_listing(tmp_path: 
             raise PermissionError(13, "Permission denied", path)
         return open(path, mode)  # the backend closes it
 
-    rows, damaged = await JsonlBackend(root, opener=opener).list_headers(parent_session=None)
+    rows, damaged = await JsonlBackend(root, opener=opener).list_headers()
     assert [row[0]["id"] for row in rows] == ["good"]
     assert [(d.location, d.code) for d in damaged] == [(bad, "PERSISTENCE_IO")]

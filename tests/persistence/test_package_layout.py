@@ -48,6 +48,7 @@ def test_no_module_outside_persistence_imports_its_private_modules() -> None:
         ("dsh.persistence.coordinator", "PersistenceCoordinator"),
         ("dsh.persistence.jsonl", "JsonlBackend"),
         ("dsh.persistence.sqlite", "SqliteBackend"),
+        ("dsh.persistence.postgres", "PostgresBackend"),
         ("dsh.persistence.memory", "MemoryBackend"),
         ("dsh.persistence.base", "PreparedSession"),
         ("dsh.persistence.base", "TypedReads"),
@@ -59,7 +60,9 @@ def test_public_paths_resolve(module: str, name: str) -> None:
     assert getattr(importlib.import_module(module), name) is not None
 
 
-@pytest.mark.parametrize("package", ["dsh.persistence", "dsh.persistence.jsonl", "dsh.persistence.sqlite"])
+@pytest.mark.parametrize(
+    "package", ["dsh.persistence", "dsh.persistence.jsonl", "dsh.persistence.sqlite", "dsh.persistence.postgres"]
+)
 def test_package_maps_export_only_public_names(package: str) -> None:
     """A package `__init__` lists what it exports, sorted, and every listed name resolves."""
     module = importlib.import_module(package)

@@ -103,7 +103,7 @@ async def test_a_zero_byte_store_is_reported_read_only_and_initialised_with_a_wa
     assert tree_snapshot(tmp_path) == before
     with caplog.at_level(logging.WARNING, logger="dsh.persistence"):
         async with SqliteBackend(path) as writer:
-            assert await writer.list_headers(parent_session=None) == ([], [])
+            assert await writer.list_headers() == ([], [])
     assert path.stat().st_size > 0
     assert any("empty file" in record.getMessage() for record in caplog.records if record.levelno == logging.WARNING)
 

@@ -30,6 +30,7 @@ from dsh.persistence.errors import (
     SessionCorruptionError,
 )
 from dsh.persistence.sqlite import SqliteBackend
+from dsh.persistence.sqlite import _backend as sqlite_backend
 from dsh.session.events import KNOWN_EVENT_TYPES, SessionEvent, make_event
 from dsh.session.header import SessionHeader, SessionId
 from dsh.testing.sqlite_writer import RawText, SqliteStoredLogWriter
@@ -199,7 +200,7 @@ async def test_header_record_is_rebuilt_in_upstream_key_order(backend: SqliteBac
     )
     await backend.append_batch(full, turn(0), materialized=False, fence=None)
     await materialize(backend, "plain")
-    (rows, damaged) = await backend.list_headers(parent_session=None)
+    (rows, damaged) = await backend.list_headers()
     assert damaged == []
     by_id = {record["id"]: record for record, _ in rows}
     assert list(by_id["child"].items()) == list(full.items())
@@ -221,12 +222,12 @@ async def test_list_headers_sorts_by_created_at_then_id_and_filters_direct_child
     await materialize(backend, "other", created_at=0)
     await materialize(backend, "\U00010000", created_at=20)  # code point order, not UTF-16 order
     await materialize(backend, "\uffff", created_at=20)
-    everyone, _ = await backend.list_headers(parent_session=None)
+    everyone, _ = await backend.list_headers()
     expected = ["other", "p", "grandchild", "b", "\u00e9", "a", "\uffff", "\U00010000"]
     assert [record["id"] for record, _ in everyone] == expected
-    children, _ = await backend.list_headers(parent_session="p")
+    children, _ = await backend.list_headers(parents=frozenset({"p"}))
     assert [record["id"] for record, _ in children] == ["b", "\u00e9", "a"]
-    assert await backend.list_headers(parent_session="nobody") == ([], [])
+    assert await backend.list_headers(parents=frozenset({"nobody"})) == ([], [])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,7 +240,7 @@ async def test_revisions_agree_across_reads_and_change_with_every_append(backend
     match = re.fullmatch(r"sqlite:([0-9a-f-]{36}):([0-9a-f]{32}):(\d+)", first)
     assert match is not None
     assert match.group(3) == "1"
-    rows, _ = await backend.list_headers(parent_session=None)
+    rows, _ = await backend.list_headers()
     log = await backend.load("s1")
     typed = await backend.load_typed("s1", frozenset({"turn/end"}), 0, KNOWN_EVENT_TYPES)
     assert log is not None
@@ -347,7 +348,7 @@ async def test_a_failed_first_batch_materializes_nothing(backend: SqliteBackend)
     with pytest.raises(PersistenceIOError):
         await materialize(backend)
     assert not await backend.exists("s1")
-    assert await backend.list_headers(parent_session=None) == ([], [])
+    assert await backend.list_headers() == ([], [])
 
 
 async def test_commit_repair_appends_the_closers_as_one_batch(backend: SqliteBackend) -> None:
@@ -387,7 +388,7 @@ async def test_undecodable_data_row_is_corrupt(backend: SqliteBackend, writer: S
         await backend.load("s1")
     assert caught.value.code == "SESSION_CORRUPT"
     assert caught.value.session_id == "s1"
-    rows, _ = await backend.list_headers(parent_session=None)
+    rows, _ = await backend.list_headers()
     assert [record["id"] for record, _ in rows] == ["s1"]
 
 
@@ -551,7 +552,7 @@ async def test_typed_reads_and_parent_listings_use_their_indexes(
         typed_sql = [s for s in statements if "FROM events" in s and "type IN" in s]
         skip_sql = [s for s in statements if "type >" in s]
         statements.clear()
-        await backend.list_headers(parent_session="s1")
+        await backend.list_headers(parents=frozenset({"s1"}))
         parent_sql = [s for s in statements if "parent_session =" in s]
     assert len(typed_sql) == 1
     assert "events_by_type" in await explain(path, typed_sql[0])
@@ -614,10 +615,10 @@ async def test_reads_proceed_while_another_connection_holds_the_write_lock(backe
 
 
 def test_backend_declares_typed_reads_and_has_no_artifact_paths() -> None:
-    """The backend is named `sqlite`, declares TYPED_READS only, and `locate` returns None."""
+    """The backend is named `sqlite`, declares TYPED_READS and EAGER_APPENDS, and `locate` returns None."""
     backend = SqliteBackend(":memory:")
     assert backend.name == "sqlite"
-    assert backend.capabilities == frozenset({Capability.TYPED_READS})
+    assert backend.capabilities == frozenset({Capability.TYPED_READS, Capability.EAGER_APPENDS})
     assert backend.locate(stored_header()) is None
 
 
@@ -630,3 +631,28 @@ async def test_driver_errors_are_translated_to_persistence_io(backend: SqliteBac
     assert caught.value.code == "PERSISTENCE_IO"
     assert caught.value.session_id == "s1"
     assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+
+
+async def test_several_parents_are_one_indexed_in_list_and_chunked(
+    path: Path, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`parents={...}` binds the ids in `IN (...)` chunks, each planned on sessions_by_parent, and merges the order."""
+    monkeypatch.setattr(sqlite_backend, "_IN_CHUNK", 3)
+    async with SqliteBackend(path) as backend:
+        for index in range(8):
+            await materialize(backend, f"p{index}")
+            await materialize(backend, f"c{index}", parent=f"p{index}", created_at=1000 - index)
+        await materialize(backend, "grandchild", parent="c0")
+        statements.clear()
+        parents = frozenset({f"p{index}" for index in range(7)} | {"nobody"})
+        rows, damaged = await backend.list_headers(parents=parents)
+        in_sql = [s for s in statements if "parent_session IN" in s]
+        orphans, _ = await backend.list_headers(parents=frozenset({None}))
+        none_at_all = await backend.list_headers(parents=frozenset())
+    assert [record["id"] for record, _ in rows] == [f"c{index}" for index in reversed(range(7))]
+    assert damaged == []
+    assert len(in_sql) == 3
+    for sql in in_sql:
+        assert "sessions_by_parent" in await explain(path, sql)
+    assert sorted(record["id"] for record, _ in orphans) == [f"p{index}" for index in range(8)]
+    assert none_at_all == ([], [])

@@ -260,7 +260,7 @@ async def test_calls_before_open_and_after_close_raise_persistence_closed(tmp_pa
     await backend.close()
     for call in (
         backend.load("s1"),
-        backend.list_headers(parent_session=None),
+        backend.list_headers(),
         backend.read_revision("s1"),
         backend.exists("s1"),
         backend.acquire("s1"),

@@ -102,7 +102,7 @@ async def test_damage_events_keeps_the_header_listable_and_the_log_corrupt(
     await writer.damage_events("s1")
     await writer.damage_events("empty")
     assert await writer.snapshot("s1") != before
-    rows, damaged = await backend.list_headers(parent_session=None)
+    rows, damaged = await backend.list_headers()
     assert sorted(record["id"] for record, _ in rows) == ["empty", "s1"]
     assert damaged == []
     for session_id in ("s1", "empty"):
@@ -117,7 +117,7 @@ async def test_snapshot_is_stable_across_reads_and_empty_for_unknown_ids(
     await writer.write("s1", HEADER, notes(0, 2))
     before = await writer.snapshot("s1")
     await backend.load("s1")
-    await backend.list_headers(parent_session=None)
+    await backend.list_headers()
     assert await writer.snapshot("s1") == before
     assert orjson.loads(await writer.snapshot("missing")) == {"session": None, "events": []}
 
@@ -149,7 +149,7 @@ async def test_foreign_versions_and_large_cuts_are_stored_as_given(
     """The writer does not validate: a version 1 header and a seedLength past the rows are stored as given."""
     await writer.write("v1", {**HEADER, "id": "v1", "version": 1}, notes(0, 1))
     await writer.write("cut", {**HEADER, "id": "cut", "seedLength": 9}, notes(0, 1))
-    rows, _ = await backend.list_headers(parent_session=None)
+    rows, _ = await backend.list_headers()
     by_id = {record["id"]: record for record, _ in rows}
     assert by_id["v1"]["version"] == 1
     assert by_id["cut"]["seedLength"] == 9

@@ -35,6 +35,7 @@ from dsh.session.header import HeaderInit
 from dsh.session.repair import interrupted_turn_closers
 from dsh.session.session import Session
 from dsh.session.store import SessionStore
+from dsh.testing.postgres import ThrowawaySchemas
 from dsh.testing.stored_logs import StepClock, append_closed_turn, append_note, append_open_step
 from dsh.testing.timer import ManualTimer
 from tests.helpers import examples
@@ -69,11 +70,22 @@ def _sqlite(root: Path) -> Callable[[], StorageBackend]:
     return lambda: sqlite.SqliteBackend(root / "sessions.sqlite3")
 
 
+_PG_SCHEMAS = ThrowawaySchemas(prefix="dsh_stateful")
+"""The schemas the PostgreSQL runs create (one per example), dropped when the test ends."""
+
+
+def _postgres(_root: Path) -> Callable[[], StorageBackend]:
+    postgres = _module("dsh.persistence.postgres")
+    url, schema = _PG_SCHEMAS.url, _PG_SCHEMAS.new()  # skips (or fails under CI) without a server
+    return lambda: postgres.PostgresBackend(url, schema=schema)
+
+
 BACKENDS: dict[str, tuple[BackendFactory, int]] = {
     "memory": (_memory, 50),
     "jsonl-zstd": (_jsonl("zstd"), 20),
     "jsonl-raw": (_jsonl("none"), 20),
     "sqlite": (_sqlite, 20),
+    "postgresql": (_postgres, 20),
 }
 """Backend name -> (factory given a fresh directory, full number of hypothesis examples, see `examples`)."""
 
@@ -325,12 +337,15 @@ def test_backend_matches_the_memory_model(name: str) -> None:
     if name != "memory":
         factory(Path(tempfile.gettempdir()))  # skips cleanly when the backend module does not exist yet
     machine = type(f"Model_{name.replace('-', '_')}", (PersistenceModel,), {"factory": staticmethod(factory)})
-    run_state_machine_as_test(
-        machine,
-        settings=settings(
-            max_examples=examples(full_examples),
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
-    )
+    try:
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=examples(full_examples),
+                stateful_step_count=25,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+    finally:
+        _PG_SCHEMAS.drop_all()

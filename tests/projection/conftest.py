@@ -3,7 +3,7 @@
 `counter` counts `user/message` events (view `{"n": int}`), `hostonly` counts every event (no view),
 `nullish` shows `null` until a `session/title` event, `bomb` raises on an event whose data is
 `{"boom": True}`. Each is a `Spy`: the unit plus counters of `apply` and `render` calls. `stack` is
-the cache stack over the storage `storage_kind` names (memory or SQLite). The helpers these are built
+the cache stack over the storage `storage_kind` names (memory, SQLite or PostgreSQL). The helpers these are built
 from live in `tests/projection/helpers.py`.
 """
 
@@ -99,7 +99,7 @@ def kit() -> Kit:
 
 @pytest.fixture(params=STORAGE_KINDS)
 def storage_kind(request: pytest.FixtureRequest) -> str:
-    """Which cache storage the stack uses: memory or SQLite."""
+    """Which cache storage the stack uses: memory, SQLite or PostgreSQL."""
     return str(request.param)
 
 

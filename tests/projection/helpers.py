@@ -8,7 +8,8 @@ data is `{"boom": True}`. Each comes wrapped in a `Spy` that counts the registry
 The cache stack (`CacheStack`) is a store and registry plus memory persistence (a
 `PersistenceCoordinator` over a `MemoryBackend`) that the cache sees through a `SpyPersistence`,
 and a `ProjectionCache` (count throttle 3, interval 250 ms, a `ManualTimer`) over a `SpyStorage`
-that wraps either a `MemoryCacheStorage` or a `SqliteCacheStorage` file. The fixtures that build
+that wraps a `MemoryCacheStorage`, a `SqliteCacheStorage` file or a `PostgresCacheStorage` in a
+throw-away schema (`DSH_TEST_POSTGRES_URL`). The fixtures that build
 these live in `conftest.py`.
 """
 
@@ -29,8 +30,10 @@ from dsh.abort import AbortSignal
 from dsh.persistence.base import EventSlice, PersistenceObservation, PreparedSession
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.memory import MemoryStorage
+from dsh.persistence.postgres import PostgresBackend
 from dsh.projection import ClientView, ProjectionRegistry, ProjectionUnit
 from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
+from dsh.projection.cache_postgres import PostgresCacheStorage
 from dsh.projection.cache_storage import (
     CacheIdentity,
     CacheRecord,
@@ -43,6 +46,7 @@ from dsh.session import Session, SessionEvent, SessionStore
 from dsh.session.header import SessionId
 from dsh.session.stored import StoredEvents
 from dsh.testing.counting import CountingPersistence
+from dsh.testing.postgres import ThrowawaySchemas
 from dsh.testing.stored_logs import BASE_TIME_MS, MemoryStoredLogWriter, build_records, write_stored_log
 from dsh.testing.timer import ManualTimer
 
@@ -260,7 +264,7 @@ def roundtrip(value: Any) -> Any:
 # --------------------------------------------------------------------------------------------------
 # The cache stack
 
-STORAGE_KINDS = ("memory", "sqlite")
+STORAGE_KINDS = ("memory", "sqlite", "postgres")
 HANG_GUARD_S = 10.0
 """Generous timeout that only guards against hangs; never a timing assertion."""
 
@@ -505,7 +509,7 @@ class CacheStack:
     async def put_raw(self, session_id: str, text: str, *, created_at: int = BASE_TIME_MS) -> None:
         """Store arbitrary rows text (a poisoned record)."""
         inner = self.storage.inner
-        assert isinstance(inner, MemoryCacheStorage | SqliteCacheStorage)
+        assert isinstance(inner, MemoryCacheStorage | SqliteCacheStorage | PostgresCacheStorage)
         await inner.put_raw(session_id, CacheIdentity(created_at, None, 0), text)
 
     async def close(self) -> None:
@@ -522,8 +526,35 @@ class CacheStack:
         await self.coordinator.close()
 
 
+class OwnedPostgresCacheStorage(PostgresCacheStorage):
+    """A PostgreSQL cache storage that owns its backend and its throw-away schema (closed and dropped by `aclose`)."""
+
+    schemas: ThrowawaySchemas
+
+    async def aclose(self) -> None:
+        """Close the storage, then its backend, then drop the schema."""
+        await super().aclose()
+        await self.backend.close()
+        await asyncio.to_thread(self.schemas.drop_all)
+
+
 async def open_storage(kind: str, path: Path) -> CacheStorage:
-    """A fresh memory storage, or a SQLite storage at `path`."""
+    """A fresh memory storage, a SQLite storage at `path`, or a PostgreSQL storage in a new schema.
+
+    The PostgreSQL one skips the test without a server (`DSH_TEST_POSTGRES_URL`; under CI it fails).
+    """
     if kind == "memory":
         return MemoryCacheStorage()
-    return await SqliteCacheStorage.open(path)
+    if kind == "sqlite":
+        return await SqliteCacheStorage.open(path)
+    schemas = ThrowawaySchemas()
+    backend = PostgresBackend(schemas.url, schema=schemas.new())
+    try:
+        await backend.open()
+        storage = await OwnedPostgresCacheStorage.open(backend)
+    except BaseException:
+        await backend.close()
+        await asyncio.to_thread(schemas.drop_all)
+        raise
+    storage.schemas = schemas
+    return storage

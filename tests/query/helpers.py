@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from dsh.abort import AbortSignal
-from dsh.persistence.base import PersistenceObservation, Revision, SessionListing, StoredSessionInfo
+from dsh.persistence.base import DamagedSession, PersistenceObservation, Revision, SessionListing, StoredSessionInfo
 from dsh.persistence.errors import OperationCancelledError, SessionNotFoundError
 from dsh.persistence.memory import StoredSession
 from dsh.projection import ClientView, ProjectionUnit
@@ -177,6 +177,8 @@ class FakePersistence:
     Attributes:
         rows: Headers `list()` returns (in this order; duplicates allowed).
         logs: Observations `inspect()` returns, by id; other ids are not found.
+        damaged: Entries `list()` reports as damaged (whatever its filter).
+        parents: The `parents` argument of every `list()` call, in call order.
         list_error: Raised by `list()` instead of returning.
         inspect_error: Raised by `inspect()` instead of returning.
         on_inspect: Awaited inside `inspect()` before it returns or raises (a test hook).
@@ -184,19 +186,35 @@ class FakePersistence:
 
     rows: list[SessionHeader] = field(default_factory=list)
     logs: dict[str, PersistenceObservation] = field(default_factory=dict)
+    damaged: list[DamagedSession] = field(default_factory=list)
+    parents: list[Collection[str | None] | None] = field(default_factory=list)
     list_error: BaseException | None = None
     inspect_error: BaseException | None = None
     on_inspect: Callable[[], Awaitable[None]] | None = None
     calls: Counter[str] = field(default_factory=Counter)
     signals: list[AbortSignal | None] = field(default_factory=list)
 
-    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
-        """Return the fixed rows (or raise `list_error`)."""
+    async def list(
+        self,
+        *,
+        parent_session: str | None = None,
+        parents: Collection[str | None] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> SessionListing:
+        """Return the fixed rows, those under `parents` when given (or raise `list_error`)."""
         self.calls["list"] += 1
         self.signals.append(signal)
+        self.parents.append(parents)
         if self.list_error is not None:
             raise self.list_error
-        return SessionListing([StoredSessionInfo(header, Revision("r1")) for header in self.rows])
+        return SessionListing(
+            [
+                StoredSessionInfo(header, Revision("r1"))
+                for header in self.rows
+                if parents is None or header.parent_session in parents
+            ],
+            list(self.damaged),
+        )
 
     async def inspect(self, session_id: str, *, signal: AbortSignal | None = None) -> PersistenceObservation:
         """Return the fixed observation (or raise)."""
@@ -284,10 +302,17 @@ class StallingPersistence(FakePersistence):
         if not self.ignore_abort:
             raise OperationCancelledError("persistence read cancelled", reason=signal.reason)
 
-    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
+    async def list(
+        self,
+        *,
+        parent_session: str | None = None,
+        parents: Collection[str | None] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> SessionListing:
         """Stall until aborted and released."""
         self.calls["list"] += 1
         self.signals.append(signal)
+        self.parents.append(parents)
         await self._stall(signal)
         return SessionListing([StoredSessionInfo(header, Revision("r1")) for header in self.rows])
 

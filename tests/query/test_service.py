@@ -64,7 +64,7 @@ def test_defaults_are_fifty_per_page_and_two_hundred_at_most(store: SessionStore
 
 
 def test_error_codes_are_the_closed_set() -> None:
-    """SessionQueryError carries exactly the nine codes; reserved and deleted codes are not carried."""
+    """SessionQueryError carries exactly the ten codes; reserved and deleted codes are not carried."""
     assert issubclass(SessionQueryError, DshError)
     assert {
         "SESSION_QUERY_ABORTED",
@@ -76,6 +76,7 @@ def test_error_codes_are_the_closed_set() -> None:
         "SESSION_QUERY_INVALID_WINDOW",
         "SESSION_QUERY_INVALID_LIMIT",
         "SESSION_QUERY_INVALID_LINEAGE",
+        "SESSION_QUERY_INVALID_FILTER",
     } == SessionQueryError.codes
     for never in (
         "SESSION_QUERY_PROJECTIONS_UNAVAILABLE",
@@ -84,7 +85,6 @@ def test_error_codes_are_the_closed_set() -> None:
         "SESSION_QUERY_INVALID_CURSOR",
         "SESSION_QUERY_STALE_CURSOR",
         "SESSION_QUERY_INDEX_FAILED",
-        "SESSION_QUERY_INVALID_FILTER",
     ):
         with pytest.raises(TypeError):
             SessionQueryError("x", code=never)
@@ -108,6 +108,7 @@ def test_the_public_names_are_pinned() -> None:
         "LineageNode",
         "QueryConfig",
         "SessionCorpus",
+        "SessionFilter",
         "SessionLineage",
         "SessionObservation",
         "SessionQuery",

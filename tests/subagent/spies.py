@@ -18,7 +18,7 @@ from dsh.projection.cache_storage import CacheRecord, SqliteCacheStorage
 from dsh.projection.registry import ProjectionRegistry
 from dsh.projection.unit import ProjectionSnapshot
 from dsh.query import SessionQuery
-from dsh.query.records import SessionObservation, SessionRecord
+from dsh.query.records import SessionFilter, SessionObservation, SessionRecord
 from dsh.session import Session, SessionHeader, SessionId
 from dsh.session.header import SessionLogOffset
 
@@ -108,11 +108,14 @@ class SpyQuery:
     """Wraps the real `SessionQuery`: counts calls per id and injects delays, failures, aborts, headers.
 
     Attributes:
-        lists: `list_sessions` calls.
+        lists: Corpus reads (`list_sessions` and `filter_sessions` calls).
+        filters: The filters `filter_sessions` was called with, in call order.
         observed: `observe_session` calls per id (counted when the call starts).
         in_flight / max_in_flight / active: observations running now / at most / which ids.
-        list_failure: Raised by `list_sessions` (after `before_list`) instead of listing.
-        before_list / after_list: Awaited before listing / given the records to return (may rewrite).
+        list_failure: Raised by every corpus read (after `before_list`) instead of listing.
+        before_list / after_list: Awaited before every corpus read / given the records it returns
+            (may rewrite them). The catalog reads the corpus more than once per call (the children,
+            then their children), so a hook meant for the first read only clears itself.
         failures: Per id, raised by `observe_session` (after `before_observe`) instead of observing.
         before_observe: Awaited at the start of every observation (delays, aborts, gates).
         after_observe: Awaited after the inner observation settled, before it is returned.
@@ -122,6 +125,7 @@ class SpyQuery:
     def __init__(self, inner: SessionQuery) -> None:
         self.inner = inner
         self.lists = 0
+        self.filters: list[SessionFilter] = []
         self.observed: Counter[str] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -153,12 +157,22 @@ class SpyQuery:
 
     async def list_sessions(self, signal: AbortSignal | None = None) -> list[SessionRecord]:
         """Count, run the hooks, delegate."""
+        return await self._corpus_read(lambda: self.inner.list_sessions(signal), signal)
+
+    async def filter_sessions(self, filter: SessionFilter, signal: AbortSignal | None = None) -> list[SessionRecord]:
+        """A corpus read like `list_sessions`: counted in `lists`, with the same hooks."""
+        self.filters.append(filter)
+        return await self._corpus_read(lambda: self.inner.filter_sessions(filter, signal), signal)
+
+    async def _corpus_read(
+        self, read: Callable[[], Awaitable[list[SessionRecord]]], signal: AbortSignal | None
+    ) -> list[SessionRecord]:
         self.lists += 1
         if self.before_list is not None:
             await self.before_list(signal)
         if self.list_failure is not None:
             raise self.list_failure
-        records = await self.inner.list_sessions(signal)
+        records = await read()
         if self.after_list is not None:
             records = await self.after_list(records, signal)
         return records
@@ -183,12 +197,10 @@ class SpyQuery:
                 await self.after_observe(session_id, signal)
             changes = self.header_changes.get(session_id)
             if changes is not None:
-                observation = dataclasses.replace(
-                    observation, header=dataclasses.replace(observation.header, **changes)
-                )
+                observation = observation._replace(header=dataclasses.replace(observation.header, **changes))
             cut = self.cut_changes.get(session_id)
             if cut is not None:
-                observation = dataclasses.replace(observation, inherited_event_count=cut)
+                observation = observation._replace(inherited_event_count=cut)
             return observation
         finally:
             self.in_flight -= 1

@@ -233,6 +233,7 @@ async def test_record_marked_live_but_gone_from_the_store_is_cold(stack: Stack, 
     await stack.store.flush(child)
 
     async def dispose_after_listing(records: list[SessionRecord], _signal: object) -> list[SessionRecord]:
+        spy_query.after_list = None  # the enumeration read only
         assert any(r.header.id == "c1" and r.live for r in records)
         stack.store.dispose(child)
         return records

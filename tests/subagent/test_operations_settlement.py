@@ -17,7 +17,7 @@ import pytest
 from dsh.agent.messages import RelaySource
 from dsh.subagent.activation import settled_notice
 from dsh.subagent.errors import SubagentError
-from dsh.subagent.providers import ContinuableSpec
+from dsh.subagent.providers import ContinuableSpec, SubagentRequest
 from tests.subagent.ops_helpers import (
     HANG_GUARD_S,
     NOTED,
@@ -216,6 +216,18 @@ async def test_after_close_every_operation_is_draining(tmp_path: Path) -> None:
         with pytest.raises(SubagentError) as followup:
             await rt.subagents.followup(parent, "x", "late", source=RelaySource(parent.id))
         assert (start.value.code, followup.value.code) == ("DRAINING", "DRAINING")
+
+
+async def test_a_runtime_closed_before_it_ran_a_child_refuses_one_shots_too(tmp_path: Path) -> None:
+    """Closed before any child ran (no provider built yet), the runtime still refuses a one-shot with `DRAINING`."""
+    async with ops_runtime(tmp_path, scripted({})) as rt:
+        parent = await rt.create_agent()
+        await rt.subagents.aclose()
+        with pytest.raises(SubagentError) as one_shot:
+            await rt.subagents.start("spawn", SubagentRequest(parent=parent, prompt="late"))
+        assert one_shot.value.code == "DRAINING"
+        assert rt.subagents.providers() == ("spawn", "fork")
+        assert rt.subagents.activation("late") is None
 
 
 async def test_a_failing_release_is_reported_as_a_teardown_failure(tmp_path: Path) -> None:

@@ -682,3 +682,30 @@ def test_identity_state_schema_is_strict() -> None:
     ):
         with pytest.raises(ValueError):
             schema.validate_python(bad)
+
+
+def test_timing_and_view_schemas_are_strict_and_keep_declaration_order() -> None:
+    """The timing state and view and the identity view accept their closed shapes only, in declared key order."""
+    state = TIMING.state_schema.validate_python(
+        {"pendingTurnStart": 3, "active": {"through": 2, "since": 1}, "descriptorSeen": True, "settledMs": 0}
+    )
+    assert list(state) == ["settledMs", "descriptorSeen", "active", "pendingTurnStart"]
+    assert list(state["active"]) == ["since", "through"]
+    assert TIMING.view is not None
+    assert IDENTITY.view is not None
+    assert TIMING.view.schema.validate_python({"settledMs": 5}) == {"settledMs": 5}
+    assert IDENTITY.view.schema.validate_python(None) is None
+    assert IDENTITY.view.schema.validate_python({"seq": 0, "mode": "one-shot"}) == {"mode": "one-shot", "seq": 0}
+    for schema, bad in (
+        (TIMING.state_schema, {"settledMs": 0, "descriptorSeen": 1}),
+        (TIMING.state_schema, {"settledMs": True, "descriptorSeen": False}),
+        (TIMING.state_schema, {"settledMs": -1, "descriptorSeen": False}),
+        (TIMING.state_schema, {"settledMs": 0}),
+        (TIMING.state_schema, {"settledMs": 0, "descriptorSeen": False, "active": {"since": 1}}),
+        (TIMING.view.schema, {"settledMs": 0, "descriptorSeen": False}),
+        (TIMING.view.schema, [("settledMs", 0)]),
+        (IDENTITY.view.schema, {"mode": "forked", "seq": 0}),
+        (IDENTITY.view.schema, {"mode": "continuable", "label": "l", "seq": -1}),
+    ):
+        with pytest.raises(ValueError):
+            schema.validate_python(bad)

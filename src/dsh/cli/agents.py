@@ -8,17 +8,14 @@ run dsh doctor`, docs/cli.md#damage-on-the-command-line) and, for a parent that 
 `no session X in <home>`.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the options from the annotations, and as
+# strings each would be compiled again on every run (docs/architecture.md#import-cost).
 import asyncio
-import shlex
 from typing import Annotated, Any
 
 import typer
 
-from dsh.cli.app import Globals, app, fail
-from dsh.cli.errors import EXIT_CODES
-from dsh.cli.render import catalog_table, descendants_table
+from dsh.cli.app import Globals, app, guarded
 from dsh.cli.text import json_text, safe
 
 __all__ = ["agents", "doctor_hint", "unlisted_line"]
@@ -26,12 +23,7 @@ __all__ = ["agents", "doctor_hint", "unlisted_line"]
 
 def doctor_hint(globals_: Globals) -> str:
     """`dsh doctor` with the global options of this run before the command."""
-    words = ["dsh"]
-    if globals_.home is not None:
-        words += ["--home", shlex.quote(str(globals_.home))]
-    if globals_.database_url is not None:
-        words += ["--database-url", shlex.quote(globals_.database_url)]
-    return " ".join([*words, "doctor"])
+    return " ".join([*globals_.command_words(), "doctor"])
 
 
 def unlisted_line(count: int, globals_: Globals) -> str:
@@ -61,6 +53,10 @@ def agents(
     """List a parent's subagents (read-only).
 
     Reads the home folder and changes nothing in it.
+
+    \b
+    Example:
+      dsh --home ./demo-home agents 00000001-0000-4000-8000-000000000001 --descendants
     """
     from dsh.runtime import Runtime
 
@@ -75,21 +71,16 @@ def agents(
                 rows = list(await rt.subagents.list_children(parent_id, report=reports.append))
             return rows, bool(rows) or await _parent_known(rt, parent_id)
 
-    try:
-        rows, known = asyncio.run(run())
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(EXIT_CODES["interrupted"]) from None
-    except Exception as error:
-        raise fail(ctx, error) from error
+    rows, known = guarded(ctx, lambda: asyncio.run(run()))
     if as_json:
         typer.echo(json_text([row.to_json() for row in rows]))
     else:
-        console = globals_.console(plain=plain)
+        from dsh.cli.render import show_catalog, show_descendants
+
         if descendants:
-            descendants_table(console, rows, plain=plain)
+            show_descendants(globals_, rows, plain=plain)
         else:
-            catalog_table(console, f"subagents of {parent_id}", rows, plain=plain)
+            show_catalog(globals_, f"subagents of {parent_id}", rows, plain=plain)
     unlisted = reports[-1].unlisted if reports else 0
     if unlisted:
         typer.echo(safe(unlisted_line(unlisted, globals_)), err=True)

@@ -5,23 +5,31 @@ Layer: CLI (thin: parse, call the library, render). Command groups live in their
 error families map to exit codes in one table (`dsh.cli.errors`, docs/errors.md#cli-exit-codes).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the options from the annotations, and as
+# strings each would be compiled again on every run (docs/architecture.md#import-cost).
 import logging
+import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 
-from dsh.cli.errors import exit_code_for
+from dsh.cli.errors import EXIT_CODES, exit_code_for
 from dsh.cli.text import safe
-from dsh.config import Config
 from dsh.errors import DshError
 
-__all__ = ["Globals", "app", "fail", "primary_error"]
+if TYPE_CHECKING:
+    # Loaded when a command needs them, so `dsh --help` and the light commands start fast
+    # (docs/architecture.md#import-cost).
+    from rich.console import Console
+
+    from dsh.config import Config
+
+__all__ = ["Globals", "app", "fail", "guarded", "primary_error"]
+
+T = TypeVar("T")
 
 # Plain help (no rich panels): flags show no `<bool>` placeholder, and the text fits 80 columns.
 app = typer.Typer(
@@ -32,14 +40,38 @@ app = typer.Typer(
 )
 
 
-@dataclass
 class Globals:
-    home: Path | None = None
-    database_url: str | None = None
-    color: bool = True
-    verbose: bool = False
+    """The root options of one run, shared by every command (`ctx.obj`)."""
 
-    def config(self, home: Path | None = None) -> Config:
+    __slots__ = ("color", "database_url", "home", "verbose")
+
+    def __init__(
+        self, home: Path | None = None, database_url: str | None = None, color: bool = True, verbose: bool = False
+    ) -> None:
+        self.home = home
+        self.database_url = database_url
+        self.color = color
+        self.verbose = verbose
+
+    def command_words(self) -> list[str]:
+        """`dsh` and this run's root options, shell-quoted, for a hint to run another command.
+
+        A password in `--database-url` is masked: hints go to a terminal or a log.
+        """
+        import shlex
+
+        words = ["dsh"]
+        if self.home is not None:
+            words += ["--home", shlex.quote(str(self.home))]
+        if self.database_url is not None:
+            from dsh.persistence.postgres import mask_url
+
+            words += ["--database-url", shlex.quote(mask_url(self.database_url))]
+        return words
+
+    def config(self, home: Path | None = None) -> "Config":
+        from dsh.config import Config
+
         values: dict[str, Any] = {}
         if home is not None or self.home is not None:
             values["home"] = home or self.home
@@ -47,13 +79,15 @@ class Globals:
             values["database_url"] = self.database_url
         return Config(**values)
 
-    def console(self, *, plain: bool = False, stderr: bool = False) -> Console:
+    def console(self, *, plain: bool = False, stderr: bool = False) -> "Console":
         """A console for stdout (or stderr): the terminal's width on a terminal, else 200 columns.
 
         Off a terminal (a pipe, a file, a golden test) a fixed width keeps the output stable; on a
         terminal the tables fit its width (docs/cli.md#tables-at-80-columns). Untrusted text is
         printed as `rich.text.Text` (`dsh.cli.text.cell`), never as markup; emoji codes are off.
         """
+        from rich.console import Console
+
         stream = sys.stderr if stderr else sys.stdout
         return Console(
             no_color=plain or not self.color,
@@ -63,6 +97,41 @@ class Globals:
             width=None if _is_terminal(stream) else 200,
             force_terminal=False if plain else None,
         )
+
+    def plain_width(self, *, plain: bool = False) -> int | None:
+        """The width `console(plain=plain)` would have, when it would print stdout without any style.
+
+        None when rich would style the output (a terminal, `TTY_COMPATIBLE=1` or `FORCE_COLOR`
+        without `--plain`): then only rich renders it. Off a terminal this is the fixed 200
+        columns; with `--plain` on a terminal, the terminal's width found the way rich finds it
+        (`COLUMNS`, else the first standard stream that is a terminal, else 80).
+        """
+        if not plain and _styled(sys.stdout):
+            return None
+        if not _is_terminal(sys.stdout):
+            return 200
+        if sys.platform == "win32":
+            return None  # rich measures a Windows console its own way
+        columns = os.environ.get("COLUMNS")
+        if columns is not None and columns.isdigit():
+            return int(columns)
+        for descriptor in (0, 1, 2):
+            try:
+                return os.get_terminal_size(descriptor).columns or 80
+            except (AttributeError, ValueError, OSError):
+                continue
+        return 80
+
+
+def _styled(stream: Any) -> bool:
+    """Whether a rich console on `stream` treats it as a terminal and so prints styles."""
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force = os.environ.get("FORCE_COLOR")
+    if force is not None:
+        return force != ""
+    return _is_terminal(stream)
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -85,7 +154,8 @@ def _root(
     ctx: typer.Context,
     home: Annotated[Path | None, typer.Option("--home", help="Home folder (overrides DSH_HOME).")] = None,
     database_url: Annotated[
-        str | None, typer.Option("--database-url", help="sqlite:///<path>, memory:, or unset for JSONL.")
+        str | None,
+        typer.Option("--database-url", help="sqlite:///<path>, postgresql://..., memory:, or unset for JSONL."),
     ] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="Disable colour (also NO_COLOR).")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Log details and tracebacks.")] = False,
@@ -94,8 +164,6 @@ def _root(
     ] = False,
 ) -> None:
     """pydsh: durable sessions, projections and an honest subagent catalog."""
-    import os
-
     ctx.obj = Globals(
         home=home, database_url=database_url, color=not no_color and "NO_COLOR" not in os.environ, verbose=verbose
     )
@@ -118,6 +186,17 @@ def primary_error(error: BaseException) -> tuple[BaseException, int]:
     leaves = _leaves(error)
     chosen = next((leaf for leaf in leaves if isinstance(leaf, DshError)), leaves[0])
     return chosen, len(leaves) - 1
+
+
+def guarded(ctx: typer.Context, work: Callable[[], T]) -> T:
+    """Run a read command's work: Ctrl-C prints `interrupted` and exits 130; an error exits with its code."""
+    try:
+        return work()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(EXIT_CODES["interrupted"]) from None
+    except Exception as error:
+        raise fail(ctx, error) from error
 
 
 def fail(ctx: typer.Context, error: BaseException) -> typer.Exit:

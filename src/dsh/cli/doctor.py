@@ -12,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-from dsh.cli.app import Globals, app, fail
+from dsh.cli.app import Globals, app, guarded
 from dsh.cli.errors import EXIT_CODES
 from dsh.cli.text import json_text, safe
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["doctor"]
 
@@ -47,6 +48,8 @@ def _progress_bar(console: Console, enabled: bool) -> Iterator[Any]:
 
 
 def _render(console: Console, report: Any, *, plain: bool) -> None:
+    from rich.text import Text  # rich loads when the report is printed (docs/architecture.md#import-cost)
+
     console.print(Text(f"dsh doctor: {safe(report.home)}"), soft_wrap=True)
     for check in report.checks:
         style = "" if plain else _STYLES[check.status]
@@ -79,20 +82,22 @@ def doctor(
     """Check the home and every stored session (read-only).
 
     Exits 7 when something is damaged, 0 otherwise; changes nothing.
+
+    \b
+    Example:
+      dsh --home ./demo-home doctor --json
     """
-    from dsh.doctor import run_doctor
+    from dsh.doctor import DoctorReport, run_doctor
 
     globals_: Globals = ctx.obj
     stderr = globals_.console(stderr=True)
-    try:
+
+    def work() -> DoctorReport:
         config = globals_.config()
         with _progress_bar(stderr, enabled=not as_json) as progress:
-            report = asyncio.run(run_doctor(config, progress=progress, online=online))
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        raise typer.Exit(EXIT_CODES["interrupted"]) from None
-    except Exception as error:
-        raise fail(ctx, error) from error
+            return asyncio.run(run_doctor(config, progress=progress, online=online))
+
+    report = guarded(ctx, work)
     if as_json:
         typer.echo(json_text(report.to_json()))
     else:

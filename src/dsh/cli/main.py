@@ -1,31 +1,81 @@
 """Entry point of the `dsh` command, and the `demo` command.
 
 Layer: CLI (thin: parse, call the library, render; no business logic lives here). The other
-commands live in their own modules (`agents`, `doctor`, `run`, `serve`) and register on import.
+commands live in their own modules (`agents`, `doctor`, `history`, `run`, `serve`, `sessions`) and register
+on import. Reading `app` from this module registers every command (tests and tools drive it that
+way); the `dsh` entry point, `main()`, imports only the module of the command it runs, so one
+command never pays for the imports of the others (docs/architecture.md#import-cost).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import shlex
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
 
-from dsh.cli import agents as _agents_command  # noqa: F401 - importing registers `dsh agents`
-from dsh.cli import doctor as _doctor_command  # noqa: F401 - importing registers `dsh doctor`
-from dsh.cli import run as _run_command  # noqa: F401 - importing registers `dsh run`
-from dsh.cli import serve as _serve_command  # noqa: F401 - importing registers `dsh serve`
-from dsh.cli.app import Globals, app, fail
+from dsh.cli import app as _cli
+from dsh.cli.app import Globals, fail
 from dsh.cli.errors import EXIT_CODES, exit_code_for, exit_code_for_code
-from dsh.cli.render import catalog_table
 from dsh.errors import ConfigError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from dsh.demo.scenario import DemoPhaseError
+
+COMMAND_MODULES: Final = {
+    "agents": "dsh.cli.agents",
+    "doctor": "dsh.cli.doctor",
+    "history": "dsh.cli.history",
+    "run": "dsh.cli.run",
+    "serve": "dsh.cli.serve",
+    "sessions": "dsh.cli.sessions",
+}
+"""The module that registers each command (`demo` is defined here)."""
+
+_VALUE_OPTIONS: Final = frozenset({"--home", "--database-url"})
+"""The root options that take a value as the next word."""
+
+
+def register_commands(names: Iterable[str] | None = None) -> typer.Typer:
+    """Import the modules of the commands `names` (every command by default); returns the app they join."""
+    for name in COMMAND_MODULES if names is None else names:
+        importlib.import_module(COMMAND_MODULES[name])
+    if names is None and all(info.callback is not demo for info in _cli.app.registered_commands):
+        _cli.app.command()(demo)  # last, as it always was in `dsh --help`
+    return _cli.app
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command word of a `dsh` argument list, or None when it cannot be told (help, `--`, none given).
+
+    Only the root options come before the command: `--home` and `--database-url` take the next word,
+    the others are flags or carry their value after `=`. Root help lists every command, so a
+    `--help` before the command word gives None too.
+    """
+    words = iter(argv)
+    for word in words:
+        if word in _VALUE_OPTIONS:
+            next(words, None)
+        elif word in ("--", "--help"):
+            return None
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the Typer application with every command registered."""
+    if name == "app":
+        return register_commands()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _DemoReporter:
@@ -48,6 +98,8 @@ class _DemoReporter:
         self.console.print(_escape(text), markup=False)
 
     def catalog(self, view: Any) -> None:
+        from dsh.cli.render import catalog_table
+
         catalog_table(self.console, view.title, view.rows, rungs=view.rungs, reads=view.reads, plain=self.plain)
 
     def busy(self, label: str) -> contextlib.AbstractContextManager[Any]:
@@ -63,7 +115,8 @@ def _escape(text: str) -> str:
 
 def _demo_hint(home: Path, parent: str) -> list[str]:
     """Commands to look further, global options first; only commands this build has."""
-    names = {info.name or getattr(info.callback, "__name__", "").replace("_", "-") for info in app.registered_commands}
+    commands = _cli.app.registered_commands
+    names = {info.name or getattr(info.callback, "__name__", "").replace("_", "-") for info in commands}
     prefix = f"dsh --home {shlex.quote(str(home))}"
     hints = []
     if "agents" in names:
@@ -73,14 +126,18 @@ def _demo_hint(home: Path, parent: str) -> list[str]:
     return hints
 
 
-@app.command()
 def demo(
     ctx: typer.Context,
     home: Annotated[Path | None, typer.Option("--home", help="Empty or absent folder to use as the home.")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary home afterwards.")] = False,
     plain: Annotated[bool, typer.Option("--plain", help="Fixed-width output without colour.")] = False,
 ) -> None:
-    """Run the keyless walkthrough: real scripted agents delegate, continue, restart and meet a damaged child."""
+    """Run the keyless walkthrough: real scripted agents delegate, continue, restart and meet a damaged child.
+
+    \b
+    Example:
+      dsh demo --home ./demo-home
+    """
     from dsh.demo.home import prepare_home
     from dsh.demo.scenario import DemoPhaseError, run_demo
 
@@ -125,5 +182,6 @@ def _demo_failed(globals_: Globals, failure: DemoPhaseError) -> typer.Exit:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: registers the command it runs (every command when that is unclear)."""
+    command = command_of(sys.argv[1:])
+    register_commands([command] if command in COMMAND_MODULES else None)()

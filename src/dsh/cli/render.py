@@ -1,56 +1,97 @@
-"""Rendering of catalog rows for the terminal: rich tables, or fixed-width plain text.
+"""Rendering of catalog rows: fixed-width plain text when nothing is styled, rich tables otherwise.
 
 Layer: CLI (presentation only; rows come from the library unchanged). Every cell is untrusted text
-shown through `dsh.cli.text.cell` (control characters escaped, no markup). Tables fit the console
-width by one documented rule (docs/cli.md#tables-at-80-columns): ids are never cut or wrapped;
-LABEL wraps; when the table is still too wide, whole columns are left out in a fixed order, and a
-note names them.
+shown through `dsh.cli.text.safe` (control characters escaped; rich gets it as a `Text`, never as
+markup). Tables fit the console width by one documented rule (docs/cli.md#tables-at-80-columns):
+ids are never cut or wrapped; LABEL wraps; when the table is still too wide, whole columns are left
+out in a fixed order, and a note names them.
+
+Off a terminal and with `--plain` no style reaches the output, so `show_catalog` and
+`show_descendants` lay the table out as plain lines themselves, byte for byte what rich prints, and
+rich is not loaded (docs/architecture.md#import-cost). Rich renders when styles are shown, and when
+LABEL has to wrap or an id is wider than the console.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from dsh.cli.text import safe, write_stdout
+from dsh.subagent.rows import SubagentChildRow
 
-from dsh.cli.text import cell, safe
-from dsh.subagent.rows import SubagentChildRow, SubagentDescendantEntry, SubagentListEntry
+if TYPE_CHECKING:
+    from rich.console import Console
 
-__all__ = ["DROP_ORDER", "LABEL_MIN_WIDTH", "catalog_table", "descendants_table"]
+    from dsh.cli.app import Globals
+    from dsh.subagent.rows import SubagentDescendantEntry, SubagentListEntry
 
-_RUNG_NAMES = {1: "1 live", 2: "2 cache", 3: "3 log"}
+__all__ = [
+    "DROP_ORDER",
+    "LABEL_MIN_WIDTH",
+    "catalog_table",
+    "descendants_table",
+    "show_catalog",
+    "show_descendants",
+]
 
-DROP_ORDER = ("LOG READS", "RUNG", "PARENT", "HAS CHILDREN", "MODE", "ACTIVITY")
+_RUNG_NAMES: Final = {1: "1 live", 2: "2 cache", 3: "3 log"}
+
+DROP_ORDER: Final = ("LOG READS", "RUNG", "PARENT", "HAS CHILDREN", "MODE", "ACTIVITY")
 """Which columns are left out first when a table is wider than the console. ID and LABEL stay."""
 
-LABEL_MIN_WIDTH = 16
+LABEL_MIN_WIDTH: Final = 16
 """LABEL wraps down to this width before another column is left out."""
 
-_GAP = 2  # no box, one space of padding on each inner side of a cell
-_WARNING = "yellow"
+_GAP: Final = 2  # no box, one space of padding on each inner side of a cell
+_WARNING: Final = "yellow"
+
+_Cell = tuple[str, str]
+"""One cell: its escaped text and its rich style ("" for none)."""
 
 
-@dataclass(slots=True)
+def _width(text: str) -> int:
+    """Terminal cells `text` takes, as rich counts them (escaped ASCII is one cell a character)."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len  # only for non-ASCII text, so rich's width tables load rarely
+
+    return cell_len(text)
+
+
 class _Column:
-    title: str
-    cells: list[Text] = field(default_factory=list)
+    __slots__ = ("cells", "natural", "title")
 
-    @property
-    def natural(self) -> int:
-        return max([cell_len(self.title), *(cell_len(text.plain) for text in self.cells)])
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.cells: list[_Cell] = []
+        self.natural = _width(title)
+
+    def add(self, text: str, style: str = "") -> None:
+        self.cells.append((text, style))
+        self.natural = max(self.natural, _width(text))
 
 
-def _cells(entry: SubagentListEntry, plain: bool) -> tuple[Text, Text, Text, Text]:
+class _Table:
+    """A laid-out catalog before it is printed: the columns, an optional title, or the empty line."""
+
+    __slots__ = ("columns", "empty", "plain", "title")
+
+    def __init__(self, columns: list[_Column], *, title: str | None, plain: bool, empty: str | None = None) -> None:
+        self.columns = columns
+        self.title = title
+        self.plain = plain
+        self.empty = empty
+
+
+def _cells(entry: SubagentListEntry, plain: bool) -> list[_Cell]:
     if isinstance(entry, SubagentChildRow):
         label = entry.label if entry.label is not None else entry.id
-        return cell(entry.mode), cell(label), cell(entry.activity), cell("yes" if entry.has_children else "no")
+        has_children = "yes" if entry.has_children else "no"
+        return [(safe(entry.mode), ""), (safe(label), ""), (safe(entry.activity), ""), (has_children, "")]
     reason = safe(entry.reason)
-    marker = Text(f"(diagnostic): {reason}") if plain else Text(f"⚠ diagnostic: {reason}", style=_WARNING)
-    return cell("—"), marker, cell("—"), cell("—")
+    marker = (f"(diagnostic): {reason}", "") if plain else (f"⚠ diagnostic: {reason}", _WARNING)
+    return [("—", ""), marker, ("—", ""), ("—", "")]
 
 
 def _fit(columns: list[_Column], width: int) -> tuple[list[_Column], int, list[str]]:
@@ -80,34 +121,119 @@ def _fit(columns: list[_Column], width: int) -> tuple[list[_Column], int, list[s
     return kept, max(floor, min(label.natural, room())), dropped
 
 
-def _print(console: Console, columns: list[_Column], *, title: str | None, plain: bool) -> None:
-    kept, label_width, dropped = _fit(columns, console.width)
-    if title is not None:
+def _note(dropped: list[str]) -> str:
+    return f"(not shown at this width: {', '.join(dropped)})"
+
+
+def _text(table: _Table, width: int) -> str | None:
+    """The table as plain lines at `width` columns, or None when LABEL would wrap or a line run on.
+
+    Rich (box none, edges unpadded) pads every cell to its column's width and joins the cells with
+    two spaces; the title, the empty line and the note are lines of their own.
+    """
+    if table.empty is not None:
+        return table.empty + "\n"
+    kept, label_width, dropped = _fit(table.columns, width)
+    widths = [label_width if column.title == "LABEL" else column.natural for column in kept]
+    if sum(widths) + _GAP * (len(kept) - 1) > width or any(
+        column.natural > label_width for column in kept if column.title == "LABEL"
+    ):
+        return None
+    lines = [] if table.title is None else [safe(table.title)]
+    rows = [[column.title for column in kept]]
+    rows += [list(cells) for cells in zip(*([text for text, _ in column.cells] for column in kept), strict=True)]
+    lines.extend(
+        "  ".join(text + " " * (size - _width(text)) for text, size in zip(row, widths, strict=True)) for row in rows
+    )
+    if dropped:
+        lines.append(_note(dropped))
+    return "\n".join(lines) + "\n"
+
+
+def _print(console: Console, table: _Table) -> None:
+    """Print `table` through rich: styles shown, LABEL wrapped, over-wide lines run on."""
+    from rich.table import Table
+    from rich.text import Text
+
+    plain = table.plain
+    if table.empty is not None:
+        console.print(Text(table.empty), soft_wrap=True)
+        return
+    kept, label_width, dropped = _fit(table.columns, console.width)
+    if table.title is not None:
         # On its own line and never wrapped: it names an id, and ids are never cut.
-        console.print(Text(safe(title), style="" if plain else "italic"), soft_wrap=True)
-    table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
+        console.print(Text(safe(table.title), style="" if plain else "italic"), soft_wrap=True)
+    grid = Table(box=None, pad_edge=False, expand=False, show_edge=False)
     for column in kept:
         if column.title == "LABEL":
-            table.add_column(column.title, width=label_width, overflow="fold")
+            grid.add_column(column.title, width=label_width, overflow="fold")
         else:
-            table.add_column(column.title, width=column.natural, no_wrap=True, overflow="ignore")
+            grid.add_column(column.title, width=column.natural, no_wrap=True, overflow="ignore")
     for row in zip(*(column.cells for column in kept), strict=True):
-        table.add_row(*row)
+        grid.add_row(*(Text(text, style=style) for text, style in row))
     total = sum(label_width if c.title == "LABEL" else c.natural for c in kept) + _GAP * (len(kept) - 1)
     if total <= console.width:
-        console.print(table)
+        console.print(grid)
     else:
         # Only when ID and LABEL alone do not fit: lay the table out wider than the console and
         # let each line run on, so an id is never cut.
-        for line in console.render_lines(table, console.options.update_width(total), pad=False):
+        for line in console.render_lines(grid, console.options.update_width(total), pad=False):
             text = Text()
             for segment in line:
                 if not segment.control:
                     text.append(segment.text, segment.style)
             console.print(text, soft_wrap=True)
     if dropped:
-        note = f"(not shown at this width: {', '.join(dropped)})"
-        console.print(Text(note) if plain else Text(note, style="dim"), soft_wrap=True)
+        console.print(Text(_note(dropped)) if plain else Text(_note(dropped), style="dim"), soft_wrap=True)
+
+
+def _show(globals_: Globals, table: _Table) -> None:
+    width = globals_.plain_width(plain=table.plain)
+    text = None if width is None else _text(table, width)
+    if text is not None:
+        write_stdout(text)
+    else:
+        _print(globals_.console(plain=table.plain), table)
+
+
+def _catalog(
+    title: str,
+    rows: Sequence[SubagentListEntry],
+    *,
+    rungs: Mapping[str, int] | None = None,
+    reads: Mapping[str, int] | None = None,
+    plain: bool = False,
+) -> _Table:
+    if not rows:
+        return _Table([], title=None, plain=plain, empty=f"{safe(title)}: (no subagents)")
+    names = ["ID", "MODE", "LABEL", "ACTIVITY", "HAS CHILDREN"]
+    if rungs is not None:
+        names.append("RUNG")
+    if reads is not None:
+        names.append("LOG READS")
+    columns = [_Column(name) for name in names]
+    for entry in rows:
+        values = [(safe(entry.id), ""), *_cells(entry, plain)]
+        if rungs is not None:
+            rung = rungs.get(entry.id)
+            values.append((_RUNG_NAMES.get(rung, "3 log") if rung is not None else "3 log", ""))
+        if reads is not None:
+            values.append((str(reads.get(entry.id, 0)), ""))
+        for column, (text, style) in zip(columns, values, strict=True):
+            column.add(text, style)
+    return _Table(columns, title=title, plain=plain)
+
+
+def _descendants(entries: Sequence[SubagentDescendantEntry], *, plain: bool = False) -> _Table:
+    if not entries:
+        return _Table([], title=None, plain=plain, empty="(no subagents)")
+    columns = [_Column(name) for name in ("ID", "MODE", "LABEL", "ACTIVITY", "HAS CHILDREN", "PARENT")]
+    for item in entries:
+        indent = "  " * (item.depth - 1)
+        values = [(safe(f"{indent}{item.entry.id}"), ""), *_cells(item.entry, plain), (safe(item.parent_id), "")]
+        for column, (text, style) in zip(columns, values, strict=True):
+            column.add(text, style)
+    return _Table(columns, title=None, plain=plain)
 
 
 def catalog_table(
@@ -119,37 +245,20 @@ def catalog_table(
     reads: Mapping[str, int] | None = None,
     plain: bool = False,
 ) -> None:
-    """Print ID, MODE, LABEL, ACTIVITY, HAS CHILDREN (plus RUNG and LOG READS when known)."""
-    if not rows:
-        console.print(Text(f"{safe(title)}: (no subagents)"), soft_wrap=True)
-        return
-    names = ["ID", "MODE", "LABEL", "ACTIVITY", "HAS CHILDREN"]
-    if rungs is not None:
-        names.append("RUNG")
-    if reads is not None:
-        names.append("LOG READS")
-    columns = [_Column(name) for name in names]
-    for entry in rows:
-        values = [cell(entry.id), *_cells(entry, plain)]
-        if rungs is not None:
-            rung = rungs.get(entry.id)
-            values.append(cell(_RUNG_NAMES.get(rung, "3 log") if rung is not None else "3 log"))
-        if reads is not None:
-            values.append(cell(str(reads.get(entry.id, 0))))
-        for column, value in zip(columns, values, strict=True):
-            column.cells.append(value)
-    _print(console, columns, title=title, plain=plain)
+    """Print ID, MODE, LABEL, ACTIVITY, HAS CHILDREN (plus RUNG and LOG READS when known) through rich."""
+    _print(console, _catalog(title, rows, rungs=rungs, reads=reads, plain=plain))
 
 
 def descendants_table(console: Console, entries: Sequence[SubagentDescendantEntry], *, plain: bool = False) -> None:
-    """Print the descendant rows as a tree indented by depth, with the parent id."""
-    if not entries:
-        console.print(Text("(no subagents)"))
-        return
-    columns = [_Column(name) for name in ("ID", "MODE", "LABEL", "ACTIVITY", "HAS CHILDREN", "PARENT")]
-    for item in entries:
-        indent = "  " * (item.depth - 1)
-        values = [cell(f"{indent}{item.entry.id}"), *_cells(item.entry, plain), cell(item.parent_id)]
-        for column, value in zip(columns, values, strict=True):
-            column.cells.append(value)
-    _print(console, columns, title=None, plain=plain)
+    """Print the descendant rows as a tree indented by depth, with the parent id, through rich."""
+    _print(console, _descendants(entries, plain=plain))
+
+
+def show_catalog(globals_: Globals, title: str, rows: Sequence[SubagentListEntry], *, plain: bool = False) -> None:
+    """`dsh agents`: the catalog on stdout, as plain lines when nothing is styled (rich otherwise)."""
+    _show(globals_, _catalog(title, rows, plain=plain))
+
+
+def show_descendants(globals_: Globals, entries: Sequence[SubagentDescendantEntry], *, plain: bool = False) -> None:
+    """`dsh agents --descendants`: the indented tree on stdout, like `show_catalog`."""
+    _show(globals_, _descendants(entries, plain=plain))

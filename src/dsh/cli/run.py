@@ -19,20 +19,23 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
-from dsh.agent.loop import Agent, TurnResult
-from dsh.agent.messages import UserSource
-from dsh.agent.model import ModelChunk, ModelClient, TextDelta
 from dsh.cli.app import Globals, app, fail
 from dsh.cli.errors import EXIT_CODES, exit_code_for_code
 from dsh.cli.text import cell, json_text, safe
-from dsh.query.summary import event_summary, is_summarised
-from dsh.session.events import SessionEvent
-from dsh.session.session import Session
+
+if TYPE_CHECKING:
+    # The agent loop loads when `dsh run` runs, not when the CLI registers its commands
+    # (docs/architecture.md#import-cost).
+    from rich.console import Console
+
+    from dsh.agent.loop import Agent, TurnResult
+    from dsh.agent.model import ModelChunk, ModelClient
+    from dsh.session.events import SessionEvent
+    from dsh.session.session import Session
 
 __all__ = ["run"]
 
@@ -86,6 +89,8 @@ class _Printer:
             self.spinner = None
 
     def chunk(self, agent: Agent, turn: int, step: int, chunk: ModelChunk) -> None:
+        from dsh.agent.model import TextDelta
+
         if self.as_json or not isinstance(chunk, TextDelta):
             return
         self.stop_spinner()
@@ -94,6 +99,8 @@ class _Printer:
         self.ended_with_newline = text.endswith("\n")
 
     def event(self, session: Session, event: SessionEvent) -> None:
+        from dsh.query.summary import event_summary, is_summarised
+
         if session.id != self.session_id:
             return
         if self.as_json:
@@ -131,6 +138,7 @@ async def _drive(
     settle: bool,
     timeout: float | None,  # noqa: ASYNC109 - the turn is cancelled (not abandoned) when it expires
 ) -> tuple[_Outcome, str]:
+    from dsh.agent.messages import UserSource
     from dsh.runtime import Runtime
 
     config = globals_.config()

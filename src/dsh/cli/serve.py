@@ -1,15 +1,18 @@
-"""`dsh serve`: run the HTTP API (docs/server.md#running-it).
+"""`dsh serve`: run the HTTP API and the web UI (docs/server.md#running-it, docs/ui.md).
 
 Layer: CLI (thin: parse, call `dsh.server.serve.serve`, report). fastapi and uvicorn are imported
 only when the command runs, so `dsh demo` and every other command work without them. The token
-URL goes to stdout (once, when the token is new); warnings go to stderr. A refused bind, an unsafe
-token file or an unusable setting exits 4; Ctrl-C stops the server gracefully and exits 130.
+URL goes to stdout (once, when the token is new); warnings go to stderr. `--open` hands the UI's
+URL, token fragment included, to the system's browser (Python's `webbrowser`, which honours
+`BROWSER`) from a background thread, so a slow browser never holds the server up. A refused bind,
+an unsafe token file or an unusable setting exits 4; Ctrl-C stops the server gracefully and exits 130.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +20,23 @@ import typer
 
 from dsh.cli.app import Globals, app, fail
 
-__all__ = ["serve"]
+__all__ = ["open_in_browser", "serve"]
+
+
+def open_in_browser(url: str) -> None:
+    """Open `url` in the system's browser from a daemon thread; a failure is one line on stderr."""
+
+    def run() -> None:
+        import webbrowser
+
+        try:
+            opened = webbrowser.open(url)
+        except Exception:
+            opened = False
+        if not opened:
+            typer.echo("could not open a browser: open the URL above (the token is in the serve-token file)", err=True)
+
+    threading.Thread(target=run, name="dsh-open-browser", daemon=True).start()
 
 
 @app.command()
@@ -39,8 +58,16 @@ def serve(
     script: Annotated[
         Path | None, typer.Option("--script", help="Answer every agent from this model script (no key needed).")
     ] = None,
+    open_: Annotated[
+        bool, typer.Option("--open", help="Open the web UI in the browser (the token goes in the URL fragment).")
+    ] = False,
 ) -> None:
-    """Serve the HTTP API for this home until Ctrl-C."""
+    """Serve the HTTP API and the web UI for this home until Ctrl-C.
+
+    \b
+    Example:
+      dsh --home ./demo-home serve --open --script script.json
+    """
     globals_: Globals = ctx.obj
     try:
         from dsh.server.serve import serve as run_server
@@ -64,6 +91,7 @@ def serve(
                 model=model,
                 announce=typer.echo,
                 warn=lambda line: typer.echo(line, err=True),
+                open_browser=open_in_browser if open_ else None,
             )
         )
     except Exception as error:

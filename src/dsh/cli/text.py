@@ -12,12 +12,14 @@ writes one JSON document with the same characters escaped inside its strings. Ev
 from __future__ import annotations
 
 import json
-import unicodedata
-from typing import Final
+import os
+import sys
+from typing import TYPE_CHECKING, Final
 
-from rich.text import Text
+if TYPE_CHECKING:
+    from rich.text import Text
 
-__all__ = ["cell", "json_text", "safe"]
+__all__ = ["cell", "json_text", "safe", "write_stdout"]
 
 _ESCAPED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 """Control, format (bidi overrides, invisible marks), surrogate and line/paragraph separator
@@ -38,6 +40,8 @@ def _escape_char(ch: str) -> str:
 
 
 def _needs_escape(ch: str) -> bool:
+    import unicodedata  # only text that is not plainly printable gets here (docs/architecture.md#import-cost)
+
     return unicodedata.category(ch) in _ESCAPED_CATEGORIES and ch not in _JOINERS
 
 
@@ -58,6 +62,8 @@ def safe(text: object, *, newlines: bool = False) -> str:
 
 def cell(text: object, *, style: str = "") -> Text:
     """A rich `Text` holding `safe(text)`: rich renders it literally (no markup, no emoji codes)."""
+    from rich.text import Text  # rich loads with the first table, not with every command
+
     return Text(safe(text), style=style)
 
 
@@ -74,6 +80,21 @@ def json_text(value: object, *, compact: bool = False) -> str:
         return raw
     # Control-like characters only occur inside strings here (JSON's own syntax is ASCII).
     return "".join(_json_escape(ch) if _needs_escape(ch) else ch for ch in raw)
+
+
+def write_stdout(text: str) -> None:
+    """Write `text` to stdout and flush, the way rich's console does (the plain tables' output).
+
+    A closed pipe (`dsh agents | head -1`) ends the process with status 1 and no traceback, with
+    stdout pointed at the null device so the interpreter's last flush cannot fail again.
+    """
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None
 
 
 def _json_escape(ch: str) -> str:

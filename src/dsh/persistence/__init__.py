@@ -17,6 +17,8 @@ frames) or `SqliteBackend`. The public modules are the map (docs/architecture.md
 `dsh.testing.IOFaultSeam`) are shared by the backends and private.
 """
 
+from typing import TYPE_CHECKING
+
 from dsh.persistence.base import (
     Capability,
     DamagedSession,
@@ -32,9 +34,11 @@ from dsh.persistence.base import (
 )
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.errors import SessionPersistenceError
-from dsh.persistence.jsonl import JsonlBackend
-from dsh.persistence.memory import MemoryBackend
-from dsh.persistence.sqlite import SqliteBackend
+
+if TYPE_CHECKING:
+    from dsh.persistence.jsonl import JsonlBackend
+    from dsh.persistence.memory import MemoryBackend
+    from dsh.persistence.sqlite import SqliteBackend
 
 __all__ = [
     "Capability",
@@ -54,3 +58,23 @@ __all__ = [
     "StoredSessionInfo",
     "TypedReads",
 ]
+
+# The backends load on first access (PEP 562): a process uses one, and each brings its own
+# dependencies (zstandard, sqlite3) (docs/architecture.md#import-cost).
+_BACKENDS = {
+    "JsonlBackend": "dsh.persistence.jsonl",
+    "MemoryBackend": "dsh.persistence.memory",
+    "SqliteBackend": "dsh.persistence.sqlite",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Load a backend class on first access."""
+    source = _BACKENDS.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value

@@ -19,17 +19,26 @@ from typing import TYPE_CHECKING, Any
 from dsh.errors import ConfigError
 from dsh.persistence._prepared import CoordinatorPreparedSession, Reservation, observation_of
 from dsh.persistence._state import CoordinatorState, await_signal, check_signal
-from dsh.persistence._validation import THREAD_THRESHOLD, ValidatedLog, select, validate_log_async, validate_typed
+from dsh.persistence._validation import (
+    THREAD_THRESHOLD,
+    ValidatedLog,
+    validate_log_async,
+    validate_selection_async,
+    validate_typed,
+)
 from dsh.persistence._writer import retrieve, run_shielded
 from dsh.persistence.base import (
     DamagedSession,
     EventSlice,
+    HeaderRow,
+    ParentFilter,
     PersistenceObservation,
     PreparedSession,
     Revision,
     SessionListing,
     StoredLog,
     StoredSessionInfo,
+    check_parents,
     typed_reads_of,
 )
 from dsh.persistence.errors import SessionLiveError, SessionNotFoundError
@@ -67,29 +76,46 @@ class ColdReader:
         except Exception:
             return None
 
-    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
+    async def list(
+        self,
+        *,
+        parent_session: str | None = None,
+        parents: Collection[str | None] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> SessionListing:
         """Materialized sessions from stored header facts only, sorted by `(created_at, id)`.
 
-        A stored header that cannot be read leaves its session out and lands in `damaged` (logged
-        once per location and code); a failure of the backend itself fails the whole call.
+        `parent_session` or `parents` (not both) restrict the rows to direct children; the backend
+        answers the filter from its own data, and the validated headers are filtered again here, so
+        a backend's index can cost time but never add a row. A stored header that cannot be read
+        leaves its session out and lands in `damaged` (logged once per location and code); a
+        failure of the backend itself fails the whole call.
+
+        Raises:
+            ConfigError: `CONFIG_INVALID` when both filters are given or `parents` is malformed.
         """
+        wanted = _parent_filter(parent_session, parents)
         async with self._state.operation(signal, None):
-            records, damaged = await self._state.backend.list_headers(parent_session=parent_session)
+            records, damaged = await self._state.backend.list_headers(parents=wanted)
             check_signal(signal, None)
         rows: list[StoredSessionInfo] = []
         damaged = list(damaged)
-        for record, revision in records:
-            try:
-                header, _cut = read_stored_header(record)
-            except StoredHeaderError as error:
-                code = "SESSION_FORMAT_UNSUPPORTED" if error.version_problem else "SESSION_CORRUPT"
-                stored_id = record.get("id")
-                known_id = stored_id if type(stored_id) is str else None
-                location = self._location(record) or str(stored_id)
-                message = f"stored session header failed validation: {error}"
-                damaged.append(DamagedSession(location, code, message, session_id=known_id))
-                continue
-            if parent_session is not None and header.parent_session != parent_session:
+        for row in records:
+            record, revision = row
+            header = row.header if isinstance(row, HeaderRow) else None
+            if header is None:
+                try:
+                    # Validated here once; a backend that validated while listing hands its header over.
+                    header, _cut = read_stored_header(record)
+                except StoredHeaderError as error:
+                    code = "SESSION_FORMAT_UNSUPPORTED" if error.version_problem else "SESSION_CORRUPT"
+                    stored_id = record.get("id")
+                    known_id = stored_id if type(stored_id) is str else None
+                    location = self._location(record) or str(stored_id)
+                    message = f"stored session header failed validation: {error}"
+                    damaged.append(DamagedSession(location, code, message, session_id=known_id))
+                    continue
+            if wanted is not None and header.parent_session not in wanted:
                 continue
             rows.append(StoredSessionInfo(header, revision))
         rows.sort(key=lambda row: (row.header.created_at, row.header.id))
@@ -220,14 +246,8 @@ class ColdReader:
                 checked = validate_typed(session_id, log, types, from_seq, location)
             header, cut, next_seq, records = checked
             return EventSlice(header, cut, log.revision, next_seq, StoredEvents(records))
-        validated = await validate_log_async(session_id, log, location)
-        return EventSlice(
-            validated.header,
-            validated.inherited_event_count,
-            validated.revision,
-            validated.stored_count,
-            StoredEvents(select(log.events, types, from_seq)),
-        )
+        header, cut, stored_count, events = await validate_selection_async(session_id, log, types, from_seq, location)
+        return EventSlice(header, cut, log.revision, stored_count, events)
 
     # ---------------------------------------------------------------- prepare
 
@@ -375,3 +395,14 @@ class ColdReader:
         reservation.released.set()
         if errors:
             raise errors[0]
+
+
+def _parent_filter(parent_session: object, parents: object) -> ParentFilter | None:
+    """The one parent filter of a `list` call (`parent_session=p` is `parents={p}`), validated and copied."""
+    if parent_session is not None:
+        if parents is not None:
+            raise ConfigError("pass either parent_session or parents, not both")
+        if type(parent_session) is not str:
+            raise ConfigError(f"parent_session must be a session id, got {type(parent_session).__name__}")
+        return frozenset({parent_session})
+    return None if parents is None else check_parents(parents)

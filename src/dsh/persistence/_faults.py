@@ -5,24 +5,29 @@ Layer: persistence (private). A test arms one fault; the backend's next `append_
 `rollback`) or all of it (`sync`, failing at the durability step). The backend must still leave
 the batch all-or-nothing: it rolls back before the error propagates. `rollback` additionally makes
 the rollback fail where a backend can fail it (JSONL); elsewhere it acts as `partial-write`. The
-memory, JSONL and SQLite backends all keep their armed fault in one `IOFaultSlot`, so the three
-seams share one shape and one meaning.
+memory, JSONL, SQLite and PostgreSQL backends all keep their armed fault in one `IOFaultSlot`, so
+the seams share one shape and one meaning.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+
+from dsh._record import Record, set_fields
 
 __all__ = ["IOFault", "IOFaultSlot"]
 
 
-@dataclass(frozen=True, slots=True)
-class IOFault:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class IOFault(Record):
     """One armed fault: where it strikes (`partial-write`, `sync` or `rollback`) and what it raises."""
 
+    __slots__ = ("error", "kind")
     kind: str
     error: BaseException
+
+    def __init__(self, kind: str, error: BaseException) -> None:
+        set_fields(self, kind, error)
 
     def staged_length(self, size: int) -> int:
         """How much of a batch of `size` items (records, rows, bytes) is written before the fault strikes.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from dsh.persistence._validation import ValidatedLog
@@ -78,7 +77,7 @@ class PreparedLRU:
         return list(self._entries)
 
 
-@dataclass(eq=False, slots=True)
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
 class Reservation:
     """A preparation of one id: `committing` while `prepare` runs, then `reserved` until released.
 
@@ -96,16 +95,30 @@ class Reservation:
         released: Set once the reservation ends (published, closed or failed).
     """
 
-    session_id: str
-    phase: Literal["committing", "reserved"] = "committing"
-    session: Session | None = None
-    validated: ValidatedLog | None = None
-    cursor: int = 0
-    fence: Fence | None = None
-    lock_held: bool = False
-    acquiring: asyncio.Future[None] | None = None
-    attached: bool = False
-    released: asyncio.Event = field(default_factory=asyncio.Event)
+    __slots__ = (
+        "acquiring",
+        "attached",
+        "cursor",
+        "fence",
+        "lock_held",
+        "phase",
+        "released",
+        "session",
+        "session_id",
+        "validated",
+    )
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.phase: Literal["committing", "reserved"] = "committing"
+        self.session: Session | None = None
+        self.validated: ValidatedLog | None = None
+        self.cursor = 0
+        self.fence: Fence | None = None
+        self.lock_held = False
+        self.acquiring: asyncio.Future[None] | None = None
+        self.attached = False
+        self.released = asyncio.Event()
 
 
 class CoordinatorPreparedSession:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from dsh.persistence._prepared import PreparedLRU, Reservation
@@ -41,7 +40,7 @@ def _set_event() -> asyncio.Event:
     return event
 
 
-@dataclass(eq=False, slots=True)
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
 class CoordinatorState:
     """Everything the write side and the cold reader of one coordinator share.
 
@@ -60,18 +59,34 @@ class CoordinatorState:
         idle: Set while no call is in flight.
     """
 
-    backend: StorageBackend
-    sessions: SessionStore
-    lru: PreparedLRU
-    locks: KeyedLocks = field(default_factory=KeyedLocks)
-    live: dict[Session, SessionWriter] = field(default_factory=dict)
-    retiring: dict[str, set[asyncio.Task[None]]] = field(default_factory=dict)
-    failed: list[SessionWriter] = field(default_factory=list)
-    reserved: dict[str, Reservation] = field(default_factory=dict)
-    loads: dict[str, asyncio.Task[ValidatedLog]] = field(default_factory=dict)
-    closed: bool = False
-    operations: int = 0
-    idle: asyncio.Event = field(default_factory=_set_event)
+    __slots__ = (
+        "backend",
+        "closed",
+        "failed",
+        "idle",
+        "live",
+        "loads",
+        "locks",
+        "lru",
+        "operations",
+        "reserved",
+        "retiring",
+        "sessions",
+    )
+
+    def __init__(self, backend: StorageBackend, sessions: SessionStore, lru: PreparedLRU) -> None:
+        self.backend = backend
+        self.sessions = sessions
+        self.lru = lru
+        self.locks = KeyedLocks()
+        self.live: dict[Session, SessionWriter] = {}
+        self.retiring: dict[str, set[asyncio.Task[None]]] = {}
+        self.failed: list[SessionWriter] = []
+        self.reserved: dict[str, Reservation] = {}
+        self.loads: dict[str, asyncio.Task[ValidatedLog]] = {}
+        self.closed = False
+        self.operations = 0
+        self.idle = _set_event()
 
     # ---------------------------------------------------------------- lifecycle and guards
 
@@ -109,7 +124,8 @@ class CoordinatorState:
             errors.append(error)
 
     async def release_writer(self, writer: SessionWriter, errors: list[Exception]) -> None:
-        """Release the writer lock a retired or closing writer still holds."""
+        """Release the writer lock a retired or closing writer still holds (after its init, which may take it)."""
+        await writer.settle_init()
         if writer.lock_held:
             writer.lock_held = False
             await self.release_lock(writer.session_id, errors)

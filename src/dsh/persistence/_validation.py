@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 from dsh.persistence._legacy_shapes import MalformedAt, migrate_legacy_shapes
 from dsh.persistence.base import Revision, StoredLog, TornMarker
@@ -43,6 +42,8 @@ __all__ = [
     "select",
     "validate_log",
     "validate_log_async",
+    "validate_selection",
+    "validate_selection_async",
     "validate_typed",
 ]
 
@@ -50,8 +51,8 @@ THREAD_THRESHOLD: Final = 1000
 """Logs with more records than this are validated in a worker thread (`asyncio.to_thread`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ValidatedLog:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class ValidatedLog(NamedTuple):
     """A validated stored log: logical header, exact cut, lazily frozen events and repair facts.
 
     Attributes:
@@ -182,22 +183,14 @@ def _unknown_type(session_id: str, kind: str, seq: int, location: str | None) ->
     )
 
 
-def validate_log(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
-    """Run the pipeline over a full load and compute the closers (pure; safe in a worker thread).
-
-    Args:
-        session_id: The requested id.
-        log: The backend's load result; ownership of `log.events` moves into the result.
-        location: The artifact path for messages, when known.
-
-    Raises:
-        SessionFormatUnsupportedError: Version, unknown type, retired vocabulary, oversized integer.
-        SessionCorruptionError: Header shape, identity, any per-event rule, or a cut beyond the log.
-    """
+def _validated_records(
+    session_id: str, log: StoredLog, location: str | None
+) -> tuple[SessionHeader, int, Sequence[dict[str, Any]]]:
+    """The pipeline over a full load: `(header, cut, records)`, the records validated and migrated."""
     header, cut = _header(session_id, log, location)
     records = log.events if isinstance(log.events, LineRecords | list) else list(log.events)
-    # Older upstream shapes become current ones first, in place (the coordinator's typed filter
-    # reads `log.events` after this), so every rule below judges the current shapes.
+    # Older upstream shapes become current ones first, in place, so every rule below judges the
+    # current shapes.
     malformed = migrate_legacy_shapes(session_id, records)
     if malformed is not None:
         raise _malformed_log(session_id, records, malformed, log.oversized_int_at, location)
@@ -211,7 +204,26 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
         raise _corrupt(session_id, problem.message, location)
     if cut > len(records):
         raise _corrupt(session_id, f"seedLength {cut} exceeds the {len(records)} stored events", location)
-    closers = tuple(interrupted_turn_closers(records))
+    return header, cut, records
+
+
+def validate_log(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
+    """Run the pipeline over a full load and compute the closers (pure; safe in a worker thread).
+
+    Args:
+        session_id: The requested id.
+        log: The backend's load result; ownership of `log.events` moves into the result (stored
+            lines are taken over, leaving `log.events` empty).
+        location: The artifact path for messages, when known.
+
+    Raises:
+        SessionFormatUnsupportedError: Version, unknown type, retired vocabulary, oversized integer.
+        SessionCorruptionError: Header shape, identity, any per-event rule, or a cut beyond the log.
+    """
+    header, cut, records = _validated_records(session_id, log, location)
+    types = records.types if isinstance(records, LineRecords) else None
+    closers = tuple(interrupted_turn_closers(records, types=types))
+    stored_count = len(records)
     return ValidatedLog(
         header=header,
         inherited_event_count=cut,
@@ -219,9 +231,26 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
         revision=log.revision,
         torn=log.torn,
         closers=closers,
-        stored_count=len(records),
+        stored_count=stored_count,
         location=location,
     )
+
+
+def validate_selection(
+    session_id: str, log: StoredLog, types: Collection[str] | None, from_seq: int, location: str | None
+) -> tuple[SessionHeader, int, int, StoredEvents]:
+    """Validate a full load like `validate_log`, then keep the records with `seq >= from_seq` and a
+    type in `types` (all types when None), without closers.
+
+    Returns:
+        `(header, inherited_event_count, stored_count, events)`.
+    """
+    header, cut, records = _validated_records(session_id, log, location)
+    stored_count = len(records)
+    events = StoredEvents(select(records, types, from_seq))
+    if isinstance(records, LineRecords):
+        records.take()  # the selection has its own lines; let the whole log go now
+    return header, cut, stored_count, events
 
 
 def _malformed_log(
@@ -246,6 +275,15 @@ async def validate_log_async(session_id: str, log: StoredLog, location: str | No
     if len(log.events) > THREAD_THRESHOLD:
         return await asyncio.to_thread(validate_log, session_id, log, location)
     return validate_log(session_id, log, location)
+
+
+async def validate_selection_async(
+    session_id: str, log: StoredLog, types: Collection[str] | None, from_seq: int, location: str | None
+) -> tuple[SessionHeader, int, int, StoredEvents]:
+    """`validate_selection`, in a worker thread when the log is large."""
+    if len(log.events) > THREAD_THRESHOLD:
+        return await asyncio.to_thread(validate_selection, session_id, log, types, from_seq, location)
+    return validate_selection(session_id, log, types, from_seq, location)
 
 
 def validate_typed(

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final, NewType, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, NewType, Protocol, runtime_checkable
 
+from dsh._record import Record, set_fields
+from dsh.errors import ConfigError
 from dsh.json import FrozenDict
 from dsh.session.events import SessionEvent
 from dsh.session.header import SessionHeader
@@ -29,8 +30,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Capability",
     "DamagedSession",
+    "EagerAppends",
     "EventSlice",
     "Fence",
+    "HeaderRow",
+    "ParentFilter",
     "PersistenceObservation",
     "PreparedSession",
     "Revision",
@@ -41,6 +45,8 @@ __all__ = [
     "StoredSessionInfo",
     "TornMarker",
     "TypedReads",
+    "check_parents",
+    "eager_appends_of",
     "first_oversized_int",
     "typed_reads_of",
 ]
@@ -55,18 +61,18 @@ class Capability(StrEnum):
     TYPED_READS = "typed-reads"
     LEASES = "leases"
     ARTIFACT_PATHS = "artifact-paths"
+    EAGER_APPENDS = "eager-appends"
 
 
-@dataclass(frozen=True, slots=True)
-class StoredSessionInfo:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class StoredSessionInfo(NamedTuple):
     """One `list()` row: stored header facts only (logical header, never the integer cut)."""
 
     header: SessionHeader
     revision: Revision
 
 
-@dataclass(frozen=True, slots=True)
-class DamagedSession:
+class DamagedSession(Record):
     """A stored entry left out of a listing because it cannot be read or trusted.
 
     Attributes:
@@ -77,18 +83,71 @@ class DamagedSession:
             name encodes), else None.
     """
 
+    __slots__ = ("code", "location", "message", "session_id")
     location: str
     code: str
     message: str
-    session_id: str | None = None
+    session_id: str | None
+
+    def __init__(self, location: str, code: str, message: str, session_id: str | None = None) -> None:
+        set_fields(self, location, code, message, session_id)
 
 
-@dataclass(frozen=True, slots=True)
-class SessionListing:
-    """The result of `list()`: rows sorted by `(created_at, id)` plus the damaged sessions."""
+class HeaderRow(tuple[FrozenDict, Revision]):
+    """One `list_headers` row: the pair `(stored header record, revision)`, plus the parsed header.
 
-    rows: list[StoredSessionInfo] = field(default_factory=list)
-    damaged: list[DamagedSession] = field(default_factory=list)
+    It is a plain 2-tuple for every purpose (unpacking, indexing, equality). A backend that already
+    parsed and validated the record while listing (the JSONL backend does, to report an invalid
+    header as damaged at its path) attaches the result as `header`, so the coordinator does not
+    validate the same record a second time; a plain `(record, revision)` tuple, or a `HeaderRow`
+    whose `header` is None, is validated by the coordinator.
+    """
+
+    header: SessionHeader | None
+
+    def __new__(cls, record: FrozenDict, revision: Revision, header: SessionHeader | None = None) -> HeaderRow:
+        row = super().__new__(cls, (record, revision))
+        row.header = header
+        return row
+
+
+ParentFilter = frozenset[str | None]
+"""A parent filter: the `parentSession` values to keep (None keeps the sessions without a parent)."""
+
+
+def check_parents(parents: object) -> ParentFilter:
+    """A `parents=` argument validated and copied: a collection (not a string) of ids or None.
+
+    An empty collection is valid and keeps nothing (and so does an id nothing is stored under).
+
+    Raises:
+        ConfigError: `CONFIG_INVALID` when `parents` is a string or a mapping, is not a
+            collection, or holds something else.
+    """
+    if isinstance(parents, str | bytes | Mapping) or not isinstance(parents, Collection):
+        raise ConfigError(f"parents must be a collection of session ids, got {type(parents).__name__}")
+    copied: set[str | None] = set()
+    for parent in list(parents):
+        if parent is not None and type(parent) is not str:
+            raise ConfigError(f"parents must hold session ids (str) or None, got {parent!r}")
+        copied.add(parent)
+    return frozenset(copied)
+
+
+class SessionListing(Record):
+    """The result of `list()`: rows sorted by `(created_at, id)` plus the damaged sessions.
+
+    Iterating it gives the rows.
+    """
+
+    __slots__ = ("damaged", "rows")
+    rows: list[StoredSessionInfo]
+    damaged: list[DamagedSession]
+
+    def __init__(
+        self, rows: list[StoredSessionInfo] | None = None, damaged: list[DamagedSession] | None = None
+    ) -> None:
+        set_fields(self, [] if rows is None else rows, [] if damaged is None else damaged)
 
     def __iter__(self) -> Iterator[StoredSessionInfo]:
         return iter(self.rows)
@@ -97,46 +156,70 @@ class SessionListing:
         return len(self.rows)
 
 
-@dataclass(frozen=True, slots=True)
-class PersistenceObservation:
+class PersistenceObservation(Record):
     """What `inspect()` returns: a balanced, deeply immutable logical log and its exact cut."""
 
+    __slots__ = ("events", "header", "inherited_event_count", "live", "revision", "synthetic_tail", "torn_tail")
     header: SessionHeader
     events: Sequence[SessionEvent]
     inherited_event_count: int
     revision: Revision | None
     live: bool
     synthetic_tail: int
-    torn_tail: bool = False
+    torn_tail: bool
     """A torn tail was found after the stored events (it stays on disk until `prepare` repairs it)."""
+
+    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
+        self,
+        header: SessionHeader,
+        events: Sequence[SessionEvent],
+        inherited_event_count: int,
+        revision: Revision | None,
+        live: bool,
+        synthetic_tail: int,
+        torn_tail: bool = False,
+    ) -> None:
+        set_fields(self, header, events, inherited_event_count, revision, live, synthetic_tail, torn_tail)
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix."""
         return seq >= self.inherited_event_count
 
 
-@dataclass(frozen=True, slots=True)
-class EventSlice:
+class EventSlice(Record):
     """What `read_events()` returns: stored events with `seq >= from_seq` (optionally typed)."""
 
+    __slots__ = ("events", "header", "inherited_event_count", "next_seq", "revision")
     header: SessionHeader
     inherited_event_count: int
     revision: Revision
     next_seq: int
     events: Sequence[SessionEvent]
 
+    def __init__(
+        self,
+        header: SessionHeader,
+        inherited_event_count: int,
+        revision: Revision,
+        next_seq: int,
+        events: Sequence[SessionEvent],
+    ) -> None:
+        set_fields(self, header, inherited_event_count, revision, next_seq, events)
 
-@dataclass(frozen=True, slots=True)
-class Fence:
+
+class Fence(Record):
     """A writer token: a lease holder and its generation (PostgreSQL)."""
 
+    __slots__ = ("generation", "holder", "session_id")
     session_id: str
     holder: str
     generation: int
 
+    def __init__(self, session_id: str, holder: str, generation: int) -> None:
+        set_fields(self, session_id, holder, generation)
 
-@dataclass(frozen=True, slots=True)
-class TornMarker:
+
+class TornMarker(Record):
     """Where a torn tail starts and the complete records recovered from a torn final frame.
 
     Attributes:
@@ -148,14 +231,23 @@ class TornMarker:
             (docs/storage-format.md#torn-tails-and-repair).
     """
 
+    __slots__ = ("recovered_events", "removed_bytes", "removed_records", "truncate_to")
     truncate_to: int
-    recovered_events: tuple[Mapping[str, Any], ...] = ()
-    removed_bytes: int = 0
-    removed_records: int = 0
+    recovered_events: tuple[Mapping[str, Any], ...]
+    removed_bytes: int
+    removed_records: int
+
+    def __init__(
+        self,
+        truncate_to: int,
+        recovered_events: tuple[Mapping[str, Any], ...] = (),
+        removed_bytes: int = 0,
+        removed_records: int = 0,
+    ) -> None:
+        set_fields(self, truncate_to, recovered_events, removed_bytes, removed_records)
 
 
-@dataclass(frozen=True, slots=True)
-class StoredLog:
+class StoredLog(Record):
     """A backend's `load` result: the stored header record and the parsed records of the valid prefix.
 
     Attributes:
@@ -171,14 +263,28 @@ class StoredLog:
             holds only the selected records. None means `len(events)` (a full load).
     """
 
+    __slots__ = ("events", "first_unknown", "header", "location", "next_seq", "oversized_int_at", "revision", "torn")
     header: Mapping[str, Any]
     events: Sequence[dict[str, Any]]
     revision: Revision
-    torn: TornMarker | None = None
-    first_unknown: tuple[str, int] | None = None
-    oversized_int_at: int | None = None
-    location: str | None = None
-    next_seq: int | None = None
+    torn: TornMarker | None
+    first_unknown: tuple[str, int] | None
+    oversized_int_at: int | None
+    location: str | None
+    next_seq: int | None
+
+    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
+        self,
+        header: Mapping[str, Any],
+        events: Sequence[dict[str, Any]],
+        revision: Revision,
+        torn: TornMarker | None = None,
+        first_unknown: tuple[str, int] | None = None,
+        oversized_int_at: int | None = None,
+        location: str | None = None,
+        next_seq: int | None = None,
+    ) -> None:
+        set_fields(self, header, events, revision, torn, first_unknown, oversized_int_at, location, next_seq)
 
 
 class StorageBackend(Protocol):
@@ -195,9 +301,17 @@ class StorageBackend(Protocol):
         """Prepare the store (create or check the schema, sweep stale temp files)."""
 
     async def list_headers(
-        self, *, parent_session: str | None
+        self, *, parents: ParentFilter | None = None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
-        """Stored header records with their revisions, never reading event bodies."""
+        """Stored header records with their revisions, never reading event bodies.
+
+        `parents` (already validated, see `check_parents`) asks for the records whose
+        `parentSession` is in it; None asks for every record. A backend answers the filter from
+        its own data (an index) where it can; it may return more rows than asked for, because the
+        coordinator filters the validated headers again, but never fewer. The damaged entries are
+        always those of the whole store: an entry that cannot be read has no trustworthy parent.
+        Rows may be `HeaderRow`s carrying the header the backend already validated.
+        """
 
     async def exists(self, session_id: str) -> bool:
         """Whether anything is stored under the id."""
@@ -258,6 +372,47 @@ def typed_reads_of(backend: StorageBackend) -> TypedReads | None:
     return None
 
 
+@runtime_checkable
+class EagerAppends(Protocol):
+    """The hook behind `Capability.EAGER_APPENDS`: start an append without awaiting it.
+
+    The coordinator uses it for the ordinary appends of a materialized session whose writer lock it
+    holds: a flush hands its batch to the backend's writer thread before it suspends and learns the
+    outcome from one callback, with no task and no future chain per write
+    (docs/architecture.md#from-append-to-the-acknowledgement). Everything else (materialization,
+    leases, a busy id) goes through `append_batch`. The shipped backends implement it exactly when
+    they declare `EAGER_APPENDS` (JSONL, SQLite), and the coordinator uses it only when both hold, so
+    a wrapper that declares what it wraps without forwarding `start_append`
+    (`dsh.testing.FaultyBackend`) is written through `append_batch`.
+    """
+
+    def start_append(
+        self,
+        header: FrozenDict,
+        events: Sequence[SessionEvent],
+        *,
+        fence: Fence | None,
+        done: Callable[[BaseException | None], object],
+    ) -> None:
+        """Hand the batch to the backend's writer thread now; `done(error)` runs later on the loop's thread.
+
+        The batch is appended to a materialized log exactly as `append_batch(..., materialized=True)`
+        would append it (all or nothing, seq-checked). `done(None)` means it is durable; otherwise the
+        error is what `append_batch` would have raised. Must be called on the event loop's thread.
+
+        Raises:
+            PersistenceClosedError, StoreMisconfiguredError: The batch was not handed over (`done`
+                will not be called).
+        """
+
+
+def eager_appends_of(backend: StorageBackend) -> EagerAppends | None:
+    """The backend's eager appends when it declares `EAGER_APPENDS` and implements `EagerAppends`, else None."""
+    if Capability.EAGER_APPENDS in backend.capabilities and isinstance(backend, EagerAppends):
+        return backend
+    return None
+
+
 class PreparedSession(Protocol):
     """A stored session reserved for resume: holds the writer, the unpublished session and its read.
 
@@ -289,8 +444,20 @@ class PreparedSession(Protocol):
 class SessionPersistence(Protocol):
     """The persistence service the rest of dsh sees (`Services.persistence`)."""
 
-    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
-        """Stored sessions from header facts only."""
+    async def list(
+        self,
+        *,
+        parent_session: str | None = None,
+        parents: Collection[str | None] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> SessionListing:
+        """Stored sessions from header facts only.
+
+        `parent_session` keeps the direct children of one session; `parents` keeps the sessions
+        whose `parentSession` is in the collection (None in it keeps parentless sessions; an empty
+        collection keeps nothing). At most one of the two may be given. `damaged` always covers
+        the whole store.
+        """
 
     async def inspect(self, session_id: str, *, signal: AbortSignal | None = None) -> PersistenceObservation:
         """A non-mutating full read (the live view for a live id)."""

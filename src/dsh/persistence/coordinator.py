@@ -28,7 +28,7 @@ from dsh.errors import ConfigError
 from dsh.persistence._cold_reads import ColdReader
 from dsh.persistence._prepared import PreparedLRU, Reservation
 from dsh.persistence._state import CoordinatorState
-from dsh.persistence._writer import SessionWriter, retrieve
+from dsh.persistence._writer import SessionWriter, Written, retrieve
 from dsh.persistence.base import (
     Capability,
     EventSlice,
@@ -37,6 +37,7 @@ from dsh.persistence.base import (
     Revision,
     SessionListing,
     StorageBackend,
+    eager_appends_of,
 )
 from dsh.persistence.errors import (
     AppendConflictError,
@@ -89,6 +90,7 @@ class PersistenceCoordinator:
         if not (type(prepared_cache_size) is int and prepared_cache_size >= 1):
             raise ConfigError("prepared_cache_size must be a positive integer")
         self._backend = backend
+        self._eager = eager_appends_of(backend)
         self._sessions = sessions
         self._delay_ms = write_batch_max_delay_ms
         self._timer: Timer = timer if timer is not None else LoopTimer()
@@ -256,6 +258,7 @@ class PersistenceCoordinator:
             timer=self._timer,
             delay_ms=self._delay_ms,
             sink=self._sink,
+            start_write=None if self._eager is None else self._start_eager,
             **state,
         )
 
@@ -314,10 +317,45 @@ class PersistenceCoordinator:
                 writer.fence = await self._backend.acquire(session_id)
                 writer.lock_held = True
 
-    async def _sink(self, writer: SessionWriter, batch: list[SessionEvent]) -> None:
-        """Write one batch under the id lock (runs shielded; see `SessionWriter`)."""
+    def _start_eager(self, writer: SessionWriter, batch: list[SessionEvent], written: Written) -> bool:
+        """Start an ordinary append without awaiting it (see `SessionWriter`); False leaves it to `_sink`.
+
+        Only for a materialized session whose writer lock this process holds, when the id lock is
+        free right now and the batch continues the stored cursor; the id lock is held until the
+        backend reports back, exactly as `_sink` holds it across its await.
+        """
+        eager = self._eager
         session_id = writer.session_id
-        async with self._state.locks.hold(session_id):
+        if (
+            eager is None
+            or not writer.materialized
+            or not writer.lock_held
+            or batch[0].seq != writer.cursor
+            or not self._state.locks.try_acquire(session_id)
+        ):
+            return False
+
+        def done(error: BaseException | None) -> None:
+            if error is None:
+                writer.cursor = batch[-1].seq + 1
+                self._state.lru.pop(session_id)
+            self._state.locks.release(session_id)
+            written(error)
+
+        try:
+            eager.start_append(writer.stored_header, batch, fence=writer.fence, done=done)
+        except Exception:
+            # Not handed over (a closed or read-only backend): `_sink` reports it the usual way.
+            self._state.locks.release(session_id)
+            return False
+        return True
+
+    async def _sink(self, writer: SessionWriter, batch: list[SessionEvent]) -> None:
+        """Write one batch under the id lock (runs in the writer's pump; see `SessionWriter`)."""
+        session_id = writer.session_id
+        locks = self._state.locks
+        await locks.acquire(session_id)
+        try:
             skip = writer.cursor - batch[0].seq
             events = batch[skip:] if skip > 0 else batch
             if not events:
@@ -332,6 +370,8 @@ class PersistenceCoordinator:
             writer.cursor = events[-1].seq + 1
             writer.materialized = True
             self._state.lru.pop(session_id)
+        finally:
+            locks.release(session_id)
 
     # ---------------------------------------------------------------- retirement and drain
 
@@ -379,13 +419,25 @@ class PersistenceCoordinator:
     # Served by the `ColdReader`. Kept last in the class: the method `list` would shadow the builtin
     # in the type annotations of any method defined after it.
 
-    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
+    async def list(
+        self,
+        *,
+        parent_session: str | None = None,
+        parents: Collection[str | None] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> SessionListing:
         """Materialized sessions from stored header facts only, sorted by `(created_at, id)`.
 
-        A stored header that cannot be read leaves its session out and lands in `damaged` (logged
-        once per location and code); a failure of the backend itself fails the whole call.
+        `parent_session` or `parents` (not both) keep direct children only, answered from the
+        backend's own data (the SQL parent index, the JSONL parent index when it is fresh). A
+        stored header that cannot be read leaves its session out and lands in `damaged` (logged
+        once per location and code; always for the whole store); a failure of the backend itself
+        fails the whole call.
+
+        Raises:
+            ConfigError: `CONFIG_INVALID` when both filters are given or `parents` is malformed.
         """
-        return await self._reads.list(parent_session=parent_session, signal=signal)
+        return await self._reads.list(parent_session=parent_session, parents=parents, signal=signal)
 
     async def revision(self, session_id: str, *, signal: AbortSignal | None = None) -> Revision | None:
         """The current stored revision of the id, or None when nothing is stored."""

@@ -24,6 +24,7 @@ from dsh.persistence.base import (
     Capability,
     DamagedSession,
     Fence,
+    ParentFilter,
     Revision,
     StoredLog,
     TornMarker,
@@ -117,9 +118,12 @@ class MemoryBackend:
     # ---------------------------------------------------------------- reads
 
     async def list_headers(
-        self, *, parent_session: str | None
+        self, *, parents: ParentFilter | None = None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
-        """Every stored header record (optionally only direct children of `parent_session`)."""
+        """Every stored header record (with `parents`, only those whose `parentSession` is in it).
+
+        The damaged entries are the whole storage's, whatever the filter.
+        """
         self._check_open()
         rows: list[tuple[FrozenDict, Revision]] = []
         damaged: list[DamagedSession] = []
@@ -142,7 +146,7 @@ class MemoryBackend:
                     )
                 )
                 continue
-            if parent_session is not None and header.get("parentSession") != parent_session:
+            if parents is not None and header.get("parentSession") not in parents:
                 continue
             rows.append((FrozenDict(header), self.storage.revision(stored)))
         return rows, damaged

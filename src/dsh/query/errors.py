@@ -5,9 +5,10 @@ from a closed set. Routing is on `.code`, never on the message. Constructor prob
 session store, a bad `QueryConfig`) are `ConfigError` (`CONFIG_INVALID`), not query codes.
 
 The search codes `SESSION_QUERY_SEARCH_DISABLED`, `SESSION_QUERY_INVALID_QUERY`,
-`SESSION_QUERY_INVALID_CURSOR`, `SESSION_QUERY_STALE_CURSOR`, `SESSION_QUERY_INDEX_FAILED` and
-`SESSION_QUERY_INVALID_FILTER` are reserved for a future search provider. They are deliberately
-*not* codes this class can carry: nothing raises them, so the error catalog does not list them.
+`SESSION_QUERY_INVALID_CURSOR`, `SESSION_QUERY_STALE_CURSOR` and `SESSION_QUERY_INDEX_FAILED` are
+reserved for a future search provider. They are deliberately *not* codes this class can carry:
+nothing raises them, so the error catalog does not list them. `SESSION_QUERY_INVALID_FILTER` is a
+real code: `filter_sessions` raises it for a malformed `SessionFilter`.
 `SESSION_QUERY_PROJECTIONS_UNAVAILABLE` does not exist: there is no query-side value index that could
 need projections.
 """
@@ -21,6 +22,7 @@ from dsh.errors import DshError
 __all__ = [
     "ABORTED",
     "CORRUPT_SESSION",
+    "INVALID_FILTER",
     "INVALID_LIMIT",
     "INVALID_LINEAGE",
     "INVALID_WINDOW",
@@ -49,10 +51,12 @@ INVALID_LIMIT: Final = "SESSION_QUERY_INVALID_LIMIT"
 """A history `max_messages` is not an integer in range."""
 INVALID_LINEAGE: Final = "SESSION_QUERY_INVALID_LINEAGE"
 """The `parentSession` links contain a cycle."""
+INVALID_FILTER: Final = "SESSION_QUERY_INVALID_FILTER"
+"""A `filter_sessions` filter is malformed (not a `SessionFilter`, or a field of the wrong shape)."""
 
 
 class SessionQueryError(DshError):
-    """A session query failed; `code` is one of the nine `SESSION_QUERY_*` codes.
+    """A session query failed; `code` is one of the ten `SESSION_QUERY_*` codes.
 
     The underlying exception, when there is one (a backend failure, a persistence refusal), is
     kept as `__cause__`.
@@ -79,6 +83,7 @@ class SessionQueryError(DshError):
             INVALID_WINDOW,
             INVALID_LIMIT,
             INVALID_LINEAGE,
+            INVALID_FILTER,
         }
     )
 

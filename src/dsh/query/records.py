@@ -1,19 +1,20 @@
 """Result records of the session query: corpus records, observations, history pages, lineage.
 
-Layer: query. Plain frozen dataclasses. Two kinds of header-bearing results exist on purpose:
-`SessionRecord` (a corpus entry) carries only the *logical* header — `is_seeded`, never the integer
-fork cut — while `SessionObservation` and `HistoryPage` carry the exact cut
-(`inherited_event_count`) beside the events they were read with, because a cut is only meaningful
-together with the events it splits. Events are the
-immutable `SessionEvent` objects of the session layer; results share them and never deep-copy.
+Layer: query. Immutable records (`dsh._record.Record`, and a `NamedTuple` for the corpus entry),
+cheap to define when a command starts (docs/architecture.md#import-cost). Two kinds of
+header-bearing results exist on purpose: `SessionRecord` (a corpus entry) carries only the
+*logical* header — `is_seeded`, never the integer fork cut — while `SessionObservation` and
+`HistoryPage` carry the exact cut (`inherited_event_count`) beside the events they were read with,
+because a cut is only meaningful together with the events it splits. Events are the immutable
+`SessionEvent` objects of the session layer; results share them and never deep-copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Final, NamedTuple
 
+from dsh._record import Record, set_fields
 from dsh.session.events import SessionEvent
 from dsh.session.header import SessionHeader, SessionId
 
@@ -25,14 +26,14 @@ __all__ = [
     "HistoryPage",
     "LineageNode",
     "SessionCorpus",
+    "SessionFilter",
     "SessionLineage",
     "SessionObservation",
     "SessionRecord",
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRecord:
+class SessionRecord(NamedTuple):
     """One entry of the live-preferred corpus.
 
     Attributes:
@@ -56,6 +57,23 @@ class SessionRecord:
         return {"header": dict(self.header.to_json()), "live": self.live, "persisted": self.persisted}
 
 
+class SessionFilter(Record):
+    """What `SessionQuery.filter_sessions` keeps of the corpus.
+
+    Attributes:
+        parents: Keep the records whose `parentSession` is in this collection of session ids
+            (None in it keeps the sessions without a parent; an empty collection keeps nothing).
+            None (the default) does not filter by parent. `filter_sessions` validates and copies
+            it before its first await, so the caller may reuse the collection at once.
+    """
+
+    __slots__ = ("parents",)
+    parents: Collection[str | None] | None
+
+    def __init__(self, parents: Collection[str | None] | None = None) -> None:
+        set_fields(self, parents)
+
+
 class SessionCorpus(list[SessionRecord]):
     """What `list_sessions` returns: the corpus records (a plain list of them), plus `unreadable`.
 
@@ -72,8 +90,7 @@ class SessionCorpus(list[SessionRecord]):
         self.unreadable = unreadable
 
 
-@dataclass(frozen=True, slots=True)
-class SessionObservation:
+class SessionObservation(Record):
     """One body-carrying read of a session: header, events and the exact inherited cut.
 
     Attributes:
@@ -87,19 +104,29 @@ class SessionObservation:
             by log-only events); it stays on disk until a resume repairs it.
     """
 
+    __slots__ = ("events", "header", "inherited_event_count", "live", "torn_tail")
     header: SessionHeader
     events: Sequence[SessionEvent]
     inherited_event_count: int
     live: bool
-    torn_tail: bool = False
+    torn_tail: bool
+
+    def __init__(
+        self,
+        header: SessionHeader,
+        events: Sequence[SessionEvent],
+        inherited_event_count: int,
+        live: bool,
+        torn_tail: bool = False,
+    ) -> None:
+        set_fields(self, header, events, inherited_event_count, live, torn_tail)
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix (`seq >= inherited_event_count`)."""
         return seq >= self.inherited_event_count
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryPage:
+class HistoryPage(Record):
     """One message-aligned page of a session's log, newest page first when paging backwards.
 
     Attributes:
@@ -115,6 +142,16 @@ class HistoryPage:
             when a registry is mounted and every selected unit rendered).
     """
 
+    __slots__ = (
+        "events",
+        "has_more",
+        "header",
+        "inherited_event_count",
+        "live",
+        "next_before_seq",
+        "projections",
+        "session_id",
+    )
     session_id: SessionId
     header: SessionHeader
     inherited_event_count: int
@@ -123,6 +160,21 @@ class HistoryPage:
     has_more: bool
     next_before_seq: int | None
     projections: ProjectionSnapshot | None
+
+    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
+        self,
+        session_id: SessionId,
+        header: SessionHeader,
+        inherited_event_count: int,
+        live: bool,
+        events: Sequence[SessionEvent],
+        has_more: bool,
+        next_before_seq: int | None,
+        projections: ProjectionSnapshot | None,
+    ) -> None:
+        set_fields(
+            self, session_id, header, inherited_event_count, live, events, has_more, next_before_seq, projections
+        )
 
     def to_json(self) -> dict[str, object]:
         """Wire form in camelCase; `nextBeforeSeq` and `projections` are omitted when None."""
@@ -141,28 +193,29 @@ class HistoryPage:
         return out
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class LineageNode:
     """A descendant of the traced session with its own descendants.
 
     Equality is identity and the repr is shallow: lineage trees can be thousands of levels deep,
-    and generated field-wise `__eq__`/`__repr__` methods would recurse once per level.
+    and field-wise `__eq__`/`__repr__` methods would recurse once per level.
 
     Attributes:
         record: The descendant's corpus record.
         children: Its children, by `createdAt` ascending, then id.
     """
 
-    record: SessionRecord
-    children: tuple[LineageNode, ...]
+    __slots__ = ("children", "record")
+
+    def __init__(self, record: SessionRecord, children: tuple[LineageNode, ...]) -> None:
+        self.record: Final = record
+        self.children: Final = children
 
     def __repr__(self) -> str:
         # Shallow on purpose: a generated repr would recurse once per tree level.
         return f"LineageNode(id={self.record.header.id!r}, children={len(self.children)})"
 
 
-@dataclass(frozen=True, slots=True)
-class SessionLineage:
+class SessionLineage(Record):
     """Where a session sits in its `parentSession` tree, from one corpus listing.
 
     Attributes:
@@ -174,9 +227,21 @@ class SessionLineage:
         unresolved_parent_id: When not `complete`, the first parent id missing from the corpus.
     """
 
+    __slots__ = ("ancestors", "complete", "descendants", "root", "target", "unresolved_parent_id")
     target: SessionRecord
     ancestors: tuple[SessionRecord, ...]
     descendants: tuple[LineageNode, ...]
     complete: bool
     root: SessionRecord | None
     unresolved_parent_id: SessionId | None
+
+    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
+        self,
+        target: SessionRecord,
+        ancestors: tuple[SessionRecord, ...],
+        descendants: tuple[LineageNode, ...],
+        complete: bool,
+        root: SessionRecord | None,
+        unresolved_parent_id: SessionId | None,
+    ) -> None:
+        set_fields(self, target, ancestors, descendants, complete, root, unresolved_parent_id)

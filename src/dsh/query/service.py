@@ -20,16 +20,18 @@ cancellation propagates unchanged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, NoReturn
 
+from dsh._record import Record, set_fields
 from dsh.errors import ConfigError
+from dsh.persistence.base import check_parents
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, SessionNotFoundError
 from dsh.projection.errors import ProjectionError
 from dsh.query.errors import (
     ABORTED,
     CORRUPT_SESSION,
+    INVALID_FILTER,
     INVALID_LINEAGE,
     PERSISTENCE_FAILED,
     SESSION_NOT_FOUND,
@@ -37,11 +39,11 @@ from dsh.query.errors import (
     UNSUPPORTED_FORMAT,
     SessionQueryError,
 )
-from dsh.query.history import check_before_seq, check_max_messages, page_bounds
 from dsh.query.records import (
     HistoryPage,
     LineageNode,
     SessionCorpus,
+    SessionFilter,
     SessionLineage,
     SessionObservation,
     SessionRecord,
@@ -65,8 +67,8 @@ def _is_int(value: object) -> bool:
     return type(value) is int
 
 
-@dataclass(frozen=True, slots=True)
-class QueryConfig:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class QueryConfig(Record):
     """Limits of the query service.
 
     Attributes:
@@ -79,16 +81,18 @@ class QueryConfig:
             default above the maximum.
     """
 
-    history_default_messages: int = 50
-    history_max_messages: int = 200
+    __slots__ = ("history_default_messages", "history_max_messages")
+    history_default_messages: int
+    history_max_messages: int
 
-    def __post_init__(self) -> None:
-        maximum = self.history_max_messages
+    def __init__(self, history_default_messages: int = 50, history_max_messages: int = 200) -> None:
+        maximum = history_max_messages
         if not (_is_int(maximum) and maximum >= 1):
             raise ConfigError(f"history_max_messages must be an integer >= 1, got {maximum!r}")
-        default = self.history_default_messages
+        default = history_default_messages
         if not (_is_int(default) and 1 <= default <= maximum):
             raise ConfigError(f"history_default_messages must be an integer between 1 and {maximum}, got {default!r}")
+        set_fields(self, default, maximum)
 
 
 _DEFAULT_CONFIG: Final = QueryConfig()
@@ -96,13 +100,18 @@ _DEFAULT_CONFIG: Final = QueryConfig()
 LiveSnapshot = Callable[["Session"], "ProjectionSnapshot | None"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Read:
+class _Read(Record):
     """An observation plus what a history page needs from the same instant."""
 
+    __slots__ = ("observation", "projections", "session")
     observation: SessionObservation
-    session: Session | None  # the live session the observation was taken from
-    projections: ProjectionSnapshot | None  # live tail pages: taken in the same synchronous step
+    session: Session | None
+    projections: ProjectionSnapshot | None
+
+    def __init__(
+        self, observation: SessionObservation, session: Session | None, projections: ProjectionSnapshot | None
+    ) -> None:
+        set_fields(self, observation, session, projections)
 
 
 def _aborted(signal: AbortSignal, session_id: str | None) -> SessionQueryError:
@@ -154,6 +163,18 @@ def _check_cut(session_id: str, observed: PersistenceObservation) -> None:
     raise SessionQueryError(
         f'stored session "{session_id}" is corrupt: {problem}', code=CORRUPT_SESSION, session_id=session_id
     )
+
+
+def _check_filter(filter: object) -> frozenset[str | None] | None:
+    """The filter's parents, validated and copied (`SESSION_QUERY_INVALID_FILTER` when malformed)."""
+    if not isinstance(filter, SessionFilter):
+        raise SessionQueryError(f"filter must be a SessionFilter, got {type(filter).__name__}", code=INVALID_FILTER)
+    if filter.parents is None:
+        return None
+    try:
+        return check_parents(filter.parents)
+    except ConfigError as error:
+        raise SessionQueryError(f"invalid session filter: {error}", code=INVALID_FILTER) from error
 
 
 def _not_found(session_id: str) -> NoReturn:
@@ -214,13 +235,40 @@ class SessionQuery:
                 persistence that fails never degrades to a live-only corpus), or
                 `SESSION_QUERY_SOURCE_CONFLICT` (one id listed twice with different headers).
         """
+        return await self._corpus(None, signal)
+
+    async def filter_sessions(self, filter: SessionFilter, signal: AbortSignal | None = None) -> SessionCorpus:
+        """The live-preferred corpus restricted by `filter`, in `list_sessions` order.
+
+        With `parents`, persistence answers the filter from its own data (a parent index; zero log
+        reads, and the headers of other sessions are not read where the backend can avoid it), and
+        only the store's published sessions under those parents join it. A record is kept when its
+        corpus header (the live one for a live session) names one of the parents. `unreadable`
+        still carries every stored entry persistence could not list: their parents are unknown.
+        `persisted` says whether the filtered stored listing held the id (a live session whose
+        stored header names another parent is therefore `persisted=False` here).
+
+        The filter is validated and copied before anything else, then the signal is checked: the
+        same errors and cancellation rules as `list_sessions` follow.
+
+        Raises:
+            SessionQueryError: `SESSION_QUERY_INVALID_FILTER` (not a `SessionFilter`, or `parents`
+                that is not a collection of ids and None), then the errors of `list_sessions`.
+        """
+        return await self._corpus(_check_filter(filter), signal)
+
+    async def _corpus(self, parents: frozenset[str | None] | None, signal: AbortSignal | None) -> SessionCorpus:
+        """The live-preferred corpus, restricted to `parents` when given (see `filter_sessions`)."""
         _checkpoint(signal, None)
         records: dict[str, SessionRecord] = {}
         unreadable: tuple[DamagedSession, ...] = ()
         persistence = self._persistence
         if persistence is not None:
             try:
-                listing = await persistence.list(signal=signal)
+                if parents is None:
+                    listing = await persistence.list(signal=signal)
+                else:
+                    listing = await persistence.list(parents=parents, signal=signal)
             except Exception as error:
                 _abort_wins(signal, None, error)
                 raise SessionQueryError(
@@ -245,7 +293,11 @@ class SessionQuery:
         # was listing is included. The live header replaces the stored one without any check.
         for session in self._sessions.list():
             records[session.id] = SessionRecord(session.header, live=True, persisted=session.id in persisted)
-        ordered = sorted(records.values(), key=lambda record: (-record.header.created_at, record.header.id))
+        kept: Iterable[SessionRecord] = records.values()
+        if parents is not None:
+            # A stored record is replaced by its live session, whose header decides.
+            kept = [record for record in kept if record.header.parent_session in parents]
+        ordered = sorted(kept, key=lambda record: (-record.header.created_at, record.header.id))
         return SessionCorpus(ordered, unreadable)
 
     # ---------------------------------------------------------------- observation
@@ -347,6 +399,8 @@ class SessionQuery:
             SessionQueryError: `SESSION_QUERY_INVALID_WINDOW`, `SESSION_QUERY_INVALID_LIMIT`, and the
                 errors of `observe_session`.
         """
+        from dsh.query.history import check_before_seq, check_max_messages, page_bounds  # history pages only
+
         window = check_before_seq(before_seq)
         limit = check_max_messages(
             max_messages,

@@ -4,7 +4,8 @@ Layer: server (only `dsh serve`, this package and `dsh.testing` import fastapi).
 holds no business logic: routes call the runtime's services and translate their errors through the
 one status table of `dsh.server.errors`. It adds:
 
-* the routes of `dsh.server.routes` under `/api/v1`, each with its stable `operationId`;
+* the routes of `dsh.server.routes` under `/api/v1`, each with its stable `operationId`, and the
+  web UI's `/` and `/static/<name>` (`routes.ui`; no token, left out of the OpenAPI document);
 * exception handlers that turn `WireError`, request-validation failures (always `bad-request`, never
   422) and routing errors (`not-found`, `method-not-allowed`) into the one error body;
 * `ApiMiddleware` (token, Host check, body limit, request id, abort on disconnect, access log);
@@ -32,7 +33,7 @@ from dsh import __version__
 from dsh.runtime import Runtime
 from dsh.server.errors import WireError
 from dsh.server.middleware import ApiMiddleware
-from dsh.server.routes import sessions, stream, subagents
+from dsh.server.routes import sessions, stream, subagents, ui
 from dsh.server.routes.deps import JsonBody, ResumeLocks
 from dsh.server.security import HostCheck
 from dsh.server.stream import PushHub
@@ -101,7 +102,7 @@ def create_app(
 
 @functools.cache
 def _api_routes() -> tuple[BaseRoute, ...]:
-    """The `/api/v1` routes, built once per process and shared by every application.
+    """The `/api/v1` routes and the UI's routes, built once per process and shared by every application.
 
     Route objects hold no per-application state (handlers reach the runtime through `request.app`),
     and FastAPI builds each route's validation models lazily on its first request; sharing the
@@ -111,6 +112,7 @@ def _api_routes() -> tuple[BaseRoute, ...]:
     template = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
     for module in (sessions, subagents, stream):
         template.include_router(module.router, prefix="/api/v1")
+    template.include_router(ui.router)
     return tuple(template.router.routes)
 
 

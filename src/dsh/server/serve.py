@@ -162,6 +162,7 @@ async def serve(
     model: ModelClient | None = None,
     announce: Callable[[str], None] = lambda line: None,
     warn: Callable[[str], None] = lambda line: None,
+    open_browser: Callable[[str], None] | None = None,
 ) -> int:
     """Serve until SIGINT or SIGTERM; returns the exit code (130 after SIGINT, else 0).
 
@@ -174,6 +175,8 @@ async def serve(
         model: The model client (e.g. a scripted one); None uses `config.model` when a model is needed.
         announce: Receives the lines a person needs: the URL (with the token only when it is new).
         warn: Receives warnings.
+        open_browser: Called once the server is ready with the UI's URL, the token in its fragment
+            (`dsh serve --open`); it must not block.
 
     Raises:
         ConfigError: A refused bind, an unsafe token file, or an unusable body limit.
@@ -200,6 +203,8 @@ async def serve(
                     else:
                         announce(url)
                         announce(f"the token is in {token.path} (--rotate-token replaces it)")
+                    if open_browser is not None:
+                        open_browser(f"{url}#token={token.value}")
                 await serving
             finally:
                 ready.cancel()

@@ -31,10 +31,10 @@ TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
 )
 
 
-def _open_turn_start(events: Sequence[Mapping[str, Any]]) -> int | None:
+def _open_turn_start(events: Sequence[Mapping[str, Any]], types: Sequence[str] | None) -> int | None:
     """Index of the `turn/start` of the open tail turn, or None when the log is balanced."""
     for index in range(len(events) - 1, -1, -1):
-        kind = events[index]["type"]
+        kind = types[index] if types is not None else events[index]["type"]
         if kind == "turn/end":
             return None
         if kind == "turn/start":
@@ -42,14 +42,17 @@ def _open_turn_start(events: Sequence[Mapping[str, Any]]) -> int | None:
     return None
 
 
-def interrupted_turn_closers(events: Sequence[Mapping[str, Any]]) -> list[SessionEvent]:
+def interrupted_turn_closers(
+    events: Sequence[Mapping[str, Any]], *, types: Sequence[str] | None = None
+) -> list[SessionEvent]:
     """Return the closers for an open tail turn, seqs continuing the log, times never invented.
 
     Emits one `tool/result` per pending tool call (registration order), then `step/end` if a step
     is open, then `turn/end {reason: {kind: "interrupted"}}`. Works on frozen events and on the
-    raw records of the read pipeline alike.
+    raw records of the read pipeline alike; `types` (each event's type, when the caller has them)
+    spares reading the events of a long tail that holds no turn.
     """
-    start = _open_turn_start(events)
+    start = _open_turn_start(events, types)
     if start is None:
         return []
     turn: int = events[start]["data"]["turn"]

@@ -18,7 +18,7 @@ from itertools import islice
 from types import MappingProxyType
 from typing import Final, Protocol, overload
 
-from dsh.json import MAX_DEPTH, FrozenDict, FrozenList, JsonValue, NotJsonError, freeze, is_safe_int
+from dsh.json import MAX_DEPTH, SAFE_INT_MAX, FrozenDict, FrozenList, JsonValue, NotJsonError, freeze, is_safe_int
 from dsh.session.errors import SessionError
 from dsh.session.events import (
     KNOWN_EVENT_TYPES,
@@ -383,10 +383,14 @@ class Session:
                 path=error.path,
                 reason=error.reason,
             ) from None
-        seq = len(self._log)
+        log = self._log
+        seq = len(log)
         op_json: JsonValue = None
         seqs_json: FrozenList | None = None
-        if type in SURFACE_TYPES or surface_op is not None or source_event_seqs is not None:
+        if surface_op is None and source_event_seqs is None:
+            if type in SURFACE_TYPES:
+                op_json = "append"
+        else:
             op_json, seqs_json = self._surface_metadata(type, seq, surface_op, source_event_seqs)
         problem = data_problem(type, frozen)
         if problem is not None:
@@ -398,19 +402,25 @@ class Session:
                 session_id=self.id,
             )
         time = self._clock()
-        if not is_safe_int(time):
+        if time.__class__ is not int or not -SAFE_INT_MAX <= time <= SAFE_INT_MAX:
             raise SessionError(
                 f"the store clock returned {time!r}; event time must be a safe integer",
                 code="INVALID_EVENT",
                 session_id=self.id,
             )
-        event = make_event(
-            type, seq, time, frozen, ignorable=ignorable, source_event_seqs=seqs_json, surface_op=op_json
-        )
+        if ignorable or seqs_json is not None:
+            event = make_event(
+                type, seq, time, frozen, ignorable=ignorable, source_event_seqs=seqs_json, surface_op=op_json
+            )
+        elif op_json is None:
+            # The common shapes, built directly in canonical key order (what `make_event` builds).
+            event = SessionEvent({"type": type, "seq": seq, "time": time, "data": frozen})
+        else:
+            event = SessionEvent({"type": type, "seq": seq, "time": time, "data": frozen, "surfaceOp": op_json})
         plan: SurfacePlan | None = None
         if op_json is not None:
             # Plan only: a refused event must leave the surface untouched.
-            checked = self._surface.plan(event, self._log)
+            checked = self._surface.plan(event, log)
             if isinstance(checked, str):
                 raise SessionError(checked, code="INVALID_EVENT", session_id=self.id)
             plan = checked

@@ -1,41 +1,69 @@
 """`StoredEvents`: a validated stored log whose events are frozen lazily, on first access.
 
-Layer: session. Reading a log is dominated by turning parsed JSON into deeply immutable values and
-by keeping many parsed objects alive. The read pipeline validates every record eagerly (so
-corruption is reported at read time), but freezes a record into a `SessionEvent` only when someone
-looks at it. A file backend can hand its records over as `LineRecords` — the JSON lines themselves,
-their types, and the fast validation verdicts taken while scanning — so a full read keeps bytes
-rather than dicts and parses a line again only when its event is used. A fold that declares its
-event types can use `select` and never touches the events it ignores. Once frozen, an event is kept
-and its raw form is dropped, so every access returns the same immutable object.
+Layer: session. Reading a log is dominated by parsing it and by turning parsed JSON into deeply
+immutable values. The read pipeline parses every record once and validates it eagerly (so
+corruption is reported at read time), but hands a record out as a `SessionEvent` only when someone
+looks at it. A file backend hands its records over as `LineRecords` — the validated JSON lines, their
+types and the fast validation verdicts taken while scanning — so an observation keeps bytes rather
+than dicts. The first touch of a chunk of events parses the whole chunk with one `orjson` call;
+each event's envelope is copied into a `SessionEvent` and its payload wrapped in a lazily frozen
+view (`dsh._lazy_json`), whose children are frozen as they are reached. Records from other
+backends are frozen whole (`adopt`). A fold that declares its event types can use `select` and never
+touches the events it ignores. Once frozen, an event is kept and its line is dropped, so every
+access returns the same immutable object (docs/architecture.md#read-path).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import re
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any, overload
+from itertools import repeat
+from operator import is_
+from typing import Any, Final, overload
 
 import orjson
 
+from dsh._lazy_json import LazyFrozenDict, LazyFrozenList
 from dsh.json import adopt
 from dsh.session.events import SessionEvent
 
-__all__ = ["LineRecords", "StoredEvents", "adopt_event", "collector_paused"]
+__all__ = [
+    "LineRecords",
+    "StoredEvents",
+    "adopt_event",
+    "collector_paused",
+    "may_hold_negative_zero",
+    "view_event",
+]
 
-_CHUNK = 512
+_CHUNK: Final = 512
+
+# A JSON number that parses to -0.0 is negative and either starts `-0` without a nonzero first
+# decimal (`-0`, `-0.00`, `-0e5`, and `-0.000...01` with hundreds of zeros, which underflows) or has a
+# negative exponent that may underflow (`-1e-400`, `-0.5e-400`). `-0` followed by a digit is no JSON
+# number, so dates such as `2024-01-05` do not match. The search may say yes for text inside a
+# string; it never says no for such a number.
+_NEGATIVE_ZERO: Final = re.compile(rb"-(?:0(?![0-9]|\.[1-9])|[0-9]+(?:\.[0-9]+)?[eE]-)")
 
 
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a bulk step allocates objects it keeps.
+def collector_paused(*, keep: bool = False) -> Iterator[None]:
+    """Pause the cyclic garbage collector while a bulk step allocates objects.
 
     Parsed and frozen JSON never forms reference cycles, but every 700 container allocations the
-    collector walks the young objects again, and as retained objects pile up it rescans older
-    generations too, which can cost more than the work itself. The collector is re-enabled only if
-    it was enabled on entry, so nested pauses and callers that disabled it on purpose keep their
-    state. Use it only around code that runs no foreign callbacks.
+    collector walks the young objects, and as kept objects age it walks them again in the middle
+    and the oldest generation; for a large log that costs more than building them. With
+    `keep=True` (the step keeps what it builds) the objects still young when the pause ends are
+    moved straight to the oldest generation — `gc.freeze()` then `gc.unfreeze()` is exactly that
+    move, and it costs O(1) — where only full collections, on their usual schedule, look at them.
+    Young objects of other code move too: cyclic garbage among them waits for the next full
+    collection instead of a young one. The move is skipped when the process keeps frozen objects of
+    its own (`gc.get_freeze_count()`), since unfreezing would release them.
+
+    The collector is re-enabled only if it was enabled on entry, so nested pauses and callers that
+    disabled it on purpose keep their state. Use it only around code that runs no foreign callbacks.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -43,16 +71,56 @@ def collector_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            if keep and gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
+def may_hold_negative_zero(text: bytes) -> bool:
+    """Whether JSON `text` may spell a number that parses to `-0.0` (never a false "no")."""
+    return _NEGATIVE_ZERO.search(text) is not None
+
+
 def adopt_event(record: dict[str, Any]) -> SessionEvent:
-    """Freeze one validated, freshly parsed record (read-side JSON rules)."""
+    """Freeze one validated, freshly parsed record completely (read-side JSON rules)."""
     return adopt(record, root=SessionEvent)  # type: ignore[return-value]
+
+
+def view_event(record: dict[str, Any]) -> SessionEvent:
+    """Hand out one validated, freshly parsed record with its payload frozen lazily.
+
+    Only for records whose values the read rules accept unchanged: parsed by `orjson` from a line
+    the scanner checked for integers beyond 64 bits, holding no `-0.0`. The envelope of a plain
+    event (`type`, `seq`, `time`, `data`, and `surfaceOp: "append"` on a surface event) holds scalars
+    besides `data`, so wrapping `data` in a view and copying the envelope into a `SessionEvent`
+    freezes it completely. Any other envelope (`ignorable`, `sourceEventSeqs`, a surface replace)
+    is frozen whole by `adopt_event`. The caller hands `record` over (its `data` is replaced).
+    """
+    size = len(record)
+    if size == 4 or (size == 5 and record.get("surfaceOp") == "append"):
+        data = record["data"]
+        cls = data.__class__
+        if cls is dict:
+            record["data"] = LazyFrozenDict(data)
+        elif cls is list:
+            record["data"] = LazyFrozenList(data)
+        return SessionEvent(record)
+    return adopt_event(record)
+
+
+def _line_event(line: bytes) -> SessionEvent:
+    """The event of one validated line: lazily frozen unless a `-0.0` may hide in it."""
+    record = orjson.loads(line)
+    return adopt_event(record) if may_hold_negative_zero(line) else view_event(record)
 
 
 class LineRecords(Sequence[dict[str, Any]]):
     """Stored records kept as their JSON lines: indexing parses a fresh dict (callers only read it).
+
+    Every line is one complete JSON object on its own (the scanner parsed it), so lines joined by
+    commas inside brackets form a JSON array of exactly their records; `StoredEvents` parses a
+    whole chunk that way, with one call.
 
     Attributes:
         lines: One JSON text per record, in log order.
@@ -105,13 +173,24 @@ class LineRecords(Sequence[dict[str, Any]]):
         picked = [i for i in range(start, len(self.lines)) if self.types[i] in wanted]
         return LineRecords([self.lines[i] for i in picked], [self.types[i] for i in picked])
 
+    def take(self) -> tuple[list[bytes], list[str]]:
+        """Hand the lines and types over, leaving this object empty.
+
+        A backend's result can outlive the read in a reference cycle (an executor future); once
+        the lines are taken, it no longer keeps them alive.
+        """
+        lines, types = self.lines, self.types
+        self.lines, self.types, self.verdicts = [], [], None
+        return lines, types
+
 
 class StoredEvents(Sequence[SessionEvent]):
     """Validated records plus in-memory tail events, exposed as immutable `SessionEvent`s.
 
     Args:
-        records: Records that passed validation, contiguous from seq 0 — parsed dicts, or
-            `LineRecords` (parsed again on first access). Ownership moves here.
+        records: Records that passed validation, contiguous from seq 0 — `LineRecords` (taken
+            over; parsed chunk by chunk and frozen lazily) or other parsed dicts (frozen whole on
+            first access). Ownership moves here.
         tail: Already-frozen events that follow the records (crash-repair closers).
     """
 
@@ -123,8 +202,7 @@ class StoredEvents(Sequence[SessionEvent]):
         if isinstance(records, LineRecords):
             # Keep the lines (bytes) rather than parsed dicts: far less memory, and parsed again
             # only for the events someone looks at.
-            self._records = list(records.lines)
-            self._types = records.types
+            self._records, self._types = records.take()
         else:
             self._records = list(records)
             self._types = None
@@ -140,7 +218,7 @@ class StoredEvents(Sequence[SessionEvent]):
         if event is None:
             record = self._records[index]
             assert record is not None
-            event = adopt_event(orjson.loads(record) if type(record) is bytes else record)
+            event = _line_event(record) if type(record) is bytes else adopt_event(record)
             self._events[index] = event
             self._records[index] = None
         return event
@@ -160,15 +238,45 @@ class StoredEvents(Sequence[SessionEvent]):
             raise IndexError("stored events index out of range")
         return self._get(index)
 
+    def _freeze_range(self, start: int, end: int) -> None:
+        """Freeze the stored events of `[start, end)` that are not frozen yet.
+
+        A chunk of lines nobody touched yet is parsed with one `orjson` call (the lines joined into
+        one array) and frozen by C-level `map`s. The collector is paused, and what the chunk keeps
+        goes to the oldest generation (`collector_paused(keep=True)`), so freezing a whole log
+        triggers no collection that would walk every event again.
+        """
+        events = self._events
+        records = self._records
+        with collector_paused(keep=True):
+            if self._types is not None and all(map(is_, events[start:end], repeat(None))):
+                lines = records[start:end]
+                joined = b"[" + b",".join(lines) + b"]"
+                try:
+                    parsed: list[dict[str, Any]] = orjson.loads(joined)
+                except orjson.JSONDecodeError:
+                    parsed = []  # deeper than the parser's limit once nested in the array: line by line
+                if len(parsed) == len(lines):
+                    if may_hold_negative_zero(joined):
+                        events[start:end] = [
+                            adopt_event(record) if may_hold_negative_zero(line) else view_event(record)
+                            for record, line in zip(parsed, lines, strict=True)
+                        ]
+                    else:
+                        events[start:end] = map(view_event, parsed)
+                    records[start:end] = repeat(None, end - start)
+                    return
+            for index in range(start, end):
+                if events[index] is None:
+                    self._get(index)
+
     def __iter__(self) -> Iterator[SessionEvent]:
-        # Freeze in chunks with the cyclic collector paused (never while the consumer's code runs):
-        # retaining thousands of new containers otherwise triggers collections that rescan them all.
+        # Freeze chunk by chunk, never while the consumer's code runs.
+        stored = len(self._records)
         for start in range(0, self._n, _CHUNK):
             end = min(start + _CHUNK, self._n)
-            if any(self._events[index] is None for index in range(start, end)):
-                with collector_paused():
-                    for index in range(start, end):
-                        self._get(index)
+            if start < stored:
+                self._freeze_range(start, min(end, stored))
             yield from self._events[start:end]  # type: ignore[misc]
 
     def type_at(self, index: int) -> str:
@@ -190,8 +298,10 @@ class StoredEvents(Sequence[SessionEvent]):
 
     def materialize(self) -> list[SessionEvent]:
         """Every event frozen, as a new list (for a session that takes ownership of the log)."""
-        with collector_paused():
-            return [self._get(index) for index in range(self._n)]
+        stored = len(self._records)
+        for start in range(0, stored, _CHUNK):
+            self._freeze_range(start, min(start + _CHUNK, stored))
+        return list(self._events)  # type: ignore[arg-type]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str | bytes):

@@ -10,16 +10,15 @@ stored logs and seeds (so logs written upstream fold the same way) and validates
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dsh.json import FrozenDict
 
 __all__ = ["Surface", "SurfacePlan", "SurfaceView"]
 
 
-@dataclass(frozen=True, slots=True)
-class SurfacePlan:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class SurfacePlan(NamedTuple):
     """A validated surface change: replace positions `[lo, hi)` of the node list with `seq`."""
 
     lo: int

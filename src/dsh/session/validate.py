@@ -6,10 +6,11 @@ contiguous seqs, surface fold), reported as a `LogProblem` so each caller words 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from dsh._record import Record, set_fields
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
 from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, fast_check
 from dsh.session.stored import LineRecords
@@ -17,27 +18,37 @@ from dsh.session.surface import Surface, SurfacePlan
 
 __all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
 
+_NOT_LOG_ONLY = re.compile(b"[^%c]" % FAST_LOG_ONLY)
+"""Verdict positions that need a look: surface appends and records the fast test is unsure about."""
+
 ProblemKind = Literal["envelope", "seq", "legacy", "unknown", "data", "surface"]
 
 
-@dataclass(frozen=True, slots=True)
-class LogProblem:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class LogProblem(Record):
     """The first defect of a log: where, which rule, and the rule's message."""
 
+    __slots__ = ("found_seq", "index", "kind", "message")
     index: int
     kind: ProblemKind
     message: str
-    found_seq: object = None
+    found_seq: object
+
+    def __init__(self, index: int, kind: ProblemKind, message: str, found_seq: object = None) -> None:
+        set_fields(self, index, kind, message, found_seq)
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(Record):
     """A reason an intact log cannot be interpreted by this build (format-unsupported)."""
 
+    __slots__ = ("event_type", "index", "kind", "message")
     index: int
     kind: Literal["unknown", "legacy"]
     event_type: str
     message: str
+
+    def __init__(self, index: int, kind: Literal["unknown", "legacy"], event_type: str, message: str) -> None:
+        set_fields(self, index, kind, event_type, message)
 
 
 def first_refusal(records: Sequence[Mapping[str, Any]]) -> Refusal | None:
@@ -68,17 +79,15 @@ def check_records(
 
     On a problem the surface holds the fold of the valid prefix only.
     """
-    nodes = surface.nodes
     # A file backend may hand over verdicts it took while scanning (`LineRecords`); records then
     # stay unparsed here unless the full rules must judge them.
     verdicts = records.verdicts if isinstance(records, LineRecords) else None
+    if verdicts is not None:
+        return _check_scanned(records, verdicts, surface, known_only)
+    nodes = surface.nodes
     for index in range(len(records)):
-        record = None
-        if verdicts is not None:
-            verdict = verdicts[index]
-        else:
-            record = records[index]
-            verdict = fast_check(record, index)
+        record = records[index]
+        verdict = fast_check(record, index)
         # Common case first: a record the fast test is certain about needs no further work (an
         # "append" surface event just becomes a node). Anything else gets the full rules below.
         if verdict == FAST_LOG_ONLY:
@@ -86,26 +95,52 @@ def check_records(
         if verdict == FAST_SURFACE_APPEND:
             nodes.append(index)
             continue
-        if record is None:
-            record = records[index]
-        problem = envelope_problem(record)
+        problem = _full_rules(records, index, record, surface, known_only)
         if problem is not None:
-            return LogProblem(index, "envelope", problem)
-        kind: str = record["type"]
-        data = record["data"]
-        if kind not in KNOWN_EVENT_TYPES:
-            if known_only and record.get("ignorable") is not True:
-                return LogProblem(index, "unknown", f'unknown event type "{kind}"')
+            return problem
+    return None
+
+
+def _check_scanned(
+    records: Sequence[Mapping[str, Any]], verdicts: bytearray, surface: Surface, known_only: bool
+) -> LogProblem | None:
+    """`check_records` over scanned verdicts: only positions not certainly log-only are visited."""
+    nodes = surface.nodes
+    found = _NOT_LOG_ONLY.search(verdicts)
+    while found is not None:
+        index = found.start()
+        if verdicts[index] == FAST_SURFACE_APPEND:
+            nodes.append(index)
         else:
-            problem = legacy_problem(kind, data) or data_problem(kind, data)
+            problem = _full_rules(records, index, records[index], surface, known_only)
             if problem is not None:
-                return LogProblem(index, "data", problem)
-        seq = record["seq"]
-        if seq != index:
-            return LogProblem(index, "seq", f"session event seq {seq} is not contiguous; expected {index}", seq)
-        plan = surface.plan(record, records)
-        if isinstance(plan, str):
-            return LogProblem(index, "surface", plan)
-        if isinstance(plan, SurfacePlan):
-            surface.commit(plan)
+                return problem
+        found = _NOT_LOG_ONLY.search(verdicts, index + 1)
+    return None
+
+
+def _full_rules(
+    records: Sequence[Mapping[str, Any]], index: int, record: Mapping[str, Any], surface: Surface, known_only: bool
+) -> LogProblem | None:
+    """The full rules for the record at `index` (the fast test was unsure); folds the surface."""
+    problem = envelope_problem(record)
+    if problem is not None:
+        return LogProblem(index, "envelope", problem)
+    kind: str = record["type"]
+    data = record["data"]
+    if kind not in KNOWN_EVENT_TYPES:
+        if known_only and record.get("ignorable") is not True:
+            return LogProblem(index, "unknown", f'unknown event type "{kind}"')
+    else:
+        problem = legacy_problem(kind, data) or data_problem(kind, data)
+        if problem is not None:
+            return LogProblem(index, "data", problem)
+    seq = record["seq"]
+    if seq != index:
+        return LogProblem(index, "seq", f"session event seq {seq} is not contiguous; expected {index}", seq)
+    plan = surface.plan(record, records)
+    if isinstance(plan, str):
+        return LogProblem(index, "surface", plan)
+    if isinstance(plan, SurfacePlan):
+        surface.commit(plan)
     return None

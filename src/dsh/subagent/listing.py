@@ -1,9 +1,10 @@
 """The child catalog: `list_children` and `list_descendants`.
 
-Layer: subagent (listing part; it needs nothing from `dsh.agent`). Enumeration uses the shared,
-live-preferred query corpus; each listed id is paired with the live store. Mode and label come only
-from the registered `subagent` projection unit, read by a three-rung "compute, then stop" ladder
-(docs/catalog.md#identity-rungs), cheapest first:
+Layer: subagent (listing part; it needs nothing from `dsh.agent`). Enumeration reads the shared,
+live-preferred query corpus filtered by parent (`query.filter_sessions`), so it costs the family,
+not the whole store (docs/catalog.md#enumeration); each listed id is paired with the live store.
+Mode and label come only from the registered `subagent` projection unit, read by a three-rung
+"compute, then stop" ladder (docs/catalog.md#identity-rungs), cheapest first:
 
 1. live identity: `projections.snapshot(session, ("subagent",))` + `is_own_seq` — zero log reads;
 2. cached identity (unseeded cold child, cache mounted): `cached_snapshot(header, 0, ("subagent",))`
@@ -15,23 +16,24 @@ Outcomes become rows through one table (`_ROW_WITHOUT_IDENTITY`, docs/catalog.md
 child is isolated: its failure becomes its own diagnostic row. Cold candidates go through a FIFO queue
 consumed by at most `cold_read_concurrency` workers in one `asyncio.TaskGroup`; workers record every
 outcome in their candidate's slot and never raise, so cancellation is cooperative: the caller's
-`AbortSignal` is looked at before and after the corpus read, before and after each observation, and
-once after all cold work (docs/catalog.md#cancellation-checkpoints); in-flight reads settle, and only
-the caller's own task cancellation cancels tasks. The listing is read-only and keeps no state: no
-cache writes, no memo, no descriptor parsing (this module imports no descriptor parser).
+`AbortSignal` is looked at before and after every corpus read, before and after each observation,
+and once after all cold work (docs/catalog.md#cancellation-checkpoints); in-flight reads settle, and
+only the caller's own task cancellation cancels tasks. The listing is read-only and keeps no state:
+no cache writes, no memo, no descriptor parsing (this module imports no descriptor parser).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
+from dsh._record import Record, set_fields
 from dsh.abort import AbortSignal
 from dsh.errors import ConfigError
+from dsh.query.records import SessionFilter
 from dsh.session.header import SessionHeader, SessionId, SessionLogOffset, SessionSeq
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.rows import (
@@ -64,17 +66,19 @@ SUBAGENT_KEY: Final = "subagent"
 _KEYS: Final = (SUBAGENT_KEY,)
 
 
-@dataclass(frozen=True, slots=True)
-class SubagentIdentity:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class SubagentIdentity(Record):
     """The value the `subagent` unit folds: mode, label and the seq of the descriptor behind it."""
 
+    __slots__ = ("label", "mode", "seq")
     mode: Literal["one-shot", "continuable"]
     seq: SessionSeq
-    label: str | None = None
+    label: str | None
 
-    def __post_init__(self) -> None:
-        if self.mode == "continuable" and self.label is None:
+    def __init__(self, mode: Literal["one-shot", "continuable"], seq: SessionSeq, label: str | None = None) -> None:
+        if mode == "continuable" and label is None:
             raise ValueError("a continuable identity requires a label")
+        set_fields(self, mode, seq, label)
 
     @classmethod
     def from_view(cls, value: object) -> SubagentIdentity:
@@ -130,8 +134,7 @@ _ROW_WITHOUT_IDENTITY: Final[Mapping[_Outcome, tuple[DiagnosticReason | None, Di
 Rung = Literal[1, 2, 3]
 
 
-@dataclass(frozen=True, slots=True)
-class _Found:
+class _Found(NamedTuple):
     identity: SubagentIdentity
     rung: Rung
 
@@ -139,17 +142,18 @@ class _Found:
 _Result = _Found | _Outcome
 
 
-@dataclass(slots=True)
 class _Candidate:
-    header: SessionHeader
-    live: Session | None
-    parent_id: SessionId
-    depth: int
-    result: _Result | None = None
+    __slots__ = ("depth", "header", "live", "parent_id", "result")
+
+    def __init__(self, header: SessionHeader, live: Session | None, parent_id: SessionId, depth: int) -> None:
+        self.header = header
+        self.live = live
+        self.parent_id = parent_id
+        self.depth = depth
+        self.result: _Result | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ListingReport:
+class ListingReport(Record):
     """Per-row provenance of one listing call, for demos and diagnostics.
 
     Attributes:
@@ -161,9 +165,13 @@ class ListingReport:
             (docs/catalog.md#enumeration); `dsh agents` prints the count on stderr.
     """
 
+    __slots__ = ("observations", "rungs", "unlisted")
     rungs: Mapping[SessionId, int]
     observations: int
-    unlisted: int = 0
+    unlisted: int
+
+    def __init__(self, rungs: Mapping[SessionId, int], observations: int, unlisted: int = 0) -> None:
+        set_fields(self, rungs, observations, unlisted)
 
 
 def _cancelled() -> SubagentError:
@@ -249,6 +257,7 @@ class _Listing:
         self.rungs: dict[SessionId, int] = {}
         self.observations = 0
         self.unlisted = 0
+        self.reads = 0
 
     def aborted(self) -> bool:
         # A method, not a property read: the signal can flip across any await.
@@ -258,26 +267,48 @@ class _Listing:
         if self.aborted():
             raise _cancelled()
 
-    async def enumerate(self) -> list[tuple[SessionHeader, Session | None]]:
-        """The corpus read between two abort checks, then pairing with the live store (one pass)."""
-        # Cancellation checkpoint: an abort seen before any read.
+    async def enumerate(self, parents: Collection[str]) -> list[tuple[SessionHeader, Session | None]]:
+        """The corpus under `parents` read between two abort checks, then paired with the live store.
+
+        Pairing is one synchronous pass: a published session's header is the effective header,
+        and only effective headers naming one of `parents` are kept, in `(createdAt, id)` order.
+        The first read of a call also takes the count of stored entries nobody could list.
+        """
+        # Cancellation checkpoint: an abort seen before this read.
         self.raise_if_aborted()
         try:
-            records = await self.query.list_sessions(signal=self.signal)
+            records = await self.query.filter_sessions(SessionFilter(parents=parents), signal=self.signal)
         except Exception:
             # A corpus failure after an abort is the abort; otherwise it propagates unchanged.
             if self.aborted():
                 raise _cancelled() from None
             raise
-        # Cancellation checkpoint: an abort seen while the corpus read was in flight.
+        # Cancellation checkpoint: an abort seen while this read was in flight.
         self.raise_if_aborted()
-        # The stored entries the corpus could not list travel beside it (a plain list has none).
-        self.unlisted = len(getattr(records, "unreadable", ()))
+        if self.reads == 0:
+            # The stored entries the corpus could not list travel beside it (a plain list has none).
+            self.unlisted = len(getattr(records, "unreadable", ()))
+        self.reads += 1
+        wanted = set(parents)
         paired: list[tuple[SessionHeader, Session | None]] = []
         for record in records:
             live = self.sessions.get(record.header.id)
-            paired.append((live.header, live) if live is not None else (record.header, None))
+            header = live.header if live is not None else record.header
+            if header.parent_session in wanted:
+                paired.append((header, live))
+        paired.sort(key=lambda pair: _order(pair[0]))
         return paired
+
+    async def subagent_parents(self, candidates: Sequence[_Candidate]) -> set[str]:
+        """Which candidates have a subagent child: one more filtered read, for the listed ids only.
+
+        The only window this adds to the first read: a grandchild published between the two reads
+        counts (docs/catalog.md#enumeration).
+        """
+        ids = {candidate.header.id for candidate in candidates}
+        if not ids:
+            return set()
+        return _with_subagent_children(await self.enumerate(ids))
 
     async def resolve(self, candidates: list[_Candidate]) -> None:
         """Fill every candidate's result: live ones synchronously, cold ones in a bounded pool."""
@@ -426,10 +457,6 @@ def _order(header: SessionHeader) -> tuple[int, str]:
     return (header.created_at, header.id)
 
 
-def _subagent_parents(paired: Sequence[tuple[SessionHeader, Any]]) -> set[str]:
-    return {h.parent_session for h, _ in paired if h.origin == "subagent" and h.parent_session is not None}
-
-
 async def list_children(
     services: Services,
     parent_session_id: str,
@@ -448,13 +475,13 @@ async def list_children(
         Exception: a failure of the query corpus itself propagates unchanged.
     """
     listing = _Listing(services, signal or AbortSignal.none(), cold_read_concurrency, ensure_units)
-    paired = await listing.enumerate()
-    parents = _subagent_parents(paired)
+    paired = await listing.enumerate((parent_session_id,))
     candidates = [
         _Candidate(header, live, SessionId(parent_session_id), 1)
-        for header, live in sorted(paired, key=lambda pair: _order(pair[0]))
-        if header.origin == "subagent" and header.parent_session == parent_session_id
+        for header, live in paired
+        if header.origin == "subagent"
     ]
+    parents = await listing.subagent_parents(candidates)
     await listing.resolve(candidates)
     rows = [row for candidate in candidates if (row := listing.row(candidate, parents)) is not None]
     if report is not None:
@@ -480,12 +507,7 @@ async def list_descendants(
         ConfigError, SubagentError: as `list_children`.
     """
     listing = _Listing(services, signal or AbortSignal.none(), cold_read_concurrency, ensure_units)
-    paired = await listing.enumerate()
-    parents = _subagent_parents(paired)
-    children: dict[str, list[tuple[SessionHeader, Session | None]]] = {}
-    for header, live in sorted(paired, key=lambda pair: _order(pair[0])):
-        if header.parent_session is not None:
-            children.setdefault(header.parent_session, []).append((header, live))
+    children = await _family(listing, root_session_id)
     positions: list[_Candidate] = []
     visited = {root_session_id}
     stack: list[tuple[SessionHeader, Session | None, str, int]] = [
@@ -499,6 +521,8 @@ async def list_descendants(
         if header.origin == "subagent":
             positions.append(_Candidate(header, live, SessionId(parent_id), depth))
         stack.extend((h, lv, header.id, depth + 1) for h, lv in reversed(children.get(header.id, [])))
+    # Every position's children are in the index already: `hasChildren` needs no further read.
+    parents = _with_subagent_children([pair for kids in children.values() for pair in kids])
     await listing.resolve(positions)
     out: list[SubagentDescendantEntry] = []
     for candidate in positions:
@@ -508,3 +532,62 @@ async def list_descendants(
     if report is not None:
         report(listing.report())
     return out
+
+
+_LEVELS_BEFORE_FULL_READ: Final = 32
+"""A descendant walk deeper than this reads the tree from one unfiltered corpus read instead."""
+
+_Paired = tuple[SessionHeader, "Session | None"]
+
+
+def _with_subagent_children(paired: Sequence[_Paired]) -> set[str]:
+    """The parents of the subagent sessions in `paired` (a row's `hasChildren`)."""
+    return {h.parent_session for h, _ in paired if h.origin == "subagent" and h.parent_session is not None}
+
+
+async def _family(listing: _Listing, root: str) -> dict[str, list[_Paired]]:
+    """Every paired record below `root`, by parent, siblings in `(createdAt, id)` order.
+
+    One filtered read per level of the tree (docs/catalog.md#descendants): each level asks for the
+    children of the ids the previous level found and that were never asked for, so a cycle in the
+    parent links ends the walk, and every id the pre-order walk visits has its children here exactly
+    as a whole-corpus index would give them. A tree deeper than `_LEVELS_BEFORE_FULL_READ` levels
+    (a long chain) is read again from one unfiltered corpus read, which bounds the cost at one
+    whole-store listing.
+    """
+    children: dict[str, list[_Paired]] = {}
+    asked: set[str] = set()
+    frontier = {root}
+    while frontier:
+        if listing.reads >= _LEVELS_BEFORE_FULL_READ:
+            return await _whole_index(listing)
+        asked |= frontier
+        found = await listing.enumerate(frontier)
+        frontier = set()
+        for header, live in found:
+            assert header.parent_session is not None
+            children.setdefault(header.parent_session, []).append((header, live))
+            if header.id not in asked:
+                frontier.add(header.id)
+    return children
+
+
+async def _whole_index(listing: _Listing) -> dict[str, list[_Paired]]:
+    """The parent index of the whole paired corpus, from one unfiltered read (between two abort checks)."""
+    listing.raise_if_aborted()
+    try:
+        records = await listing.query.list_sessions(signal=listing.signal)
+    except Exception:
+        if listing.aborted():
+            raise _cancelled() from None
+        raise
+    listing.raise_if_aborted()
+    children: dict[str, list[_Paired]] = {}
+    paired = []
+    for record in records:
+        live = listing.sessions.get(record.header.id)
+        paired.append((live.header, live) if live is not None else (record.header, None))
+    for header, live in sorted(paired, key=lambda pair: _order(pair[0])):
+        if header.parent_session is not None:
+            children.setdefault(header.parent_session, []).append((header, live))
+    return children

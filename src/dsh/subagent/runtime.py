@@ -25,37 +25,37 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dsh.abort import AbortSignal
-from dsh.agent.messages import Source, text_of_blocks
-from dsh.config import SubagentConfig
 from dsh.errors import ConfigError
 from dsh.json import NotJsonError, freeze
-from dsh.subagent._compose import ChildComposer
-from dsh.subagent._continuation import ContinuationManager
-from dsh.subagent._inprocess import InProcessProvider
-from dsh.subagent.activation import Activation
-from dsh.subagent.authority import AncestorAuthority, Authority, UserAuthority
 from dsh.subagent.depth import check_max_depth, child_depth
-from dsh.subagent.descriptor import snapshot_descriptor
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.host import AgentHost
 from dsh.subagent.listing import ListingReport, list_children, list_descendants
-from dsh.subagent.providers import (
-    ContinuablePreparation,
-    ContinuableSpec,
-    ContinuableStarted,
-    ProviderCapabilities,
-    SubagentProvider,
-    SubagentRequest,
-    SubagentResult,
-    SubagentRun,
-)
 from dsh.subagent.rows import SubagentDescendantEntry, SubagentListEntry
 from dsh.subagent.units import subagent_identity_unit, subagent_timing_unit
 
 if TYPE_CHECKING:
+    # The machinery that runs children (providers, continuations, the agent messages) loads when a
+    # runtime first runs or drives one, so a runtime that only lists never imports it
+    # (docs/architecture.md#import-cost).
     from dsh.agent.loop import Agent
+    from dsh.agent.messages import Source
+    from dsh.config import SubagentConfig
     from dsh.projection.registry import ProjectionRegistry
     from dsh.services import Services
+    from dsh.subagent._continuation import ContinuationManager
+    from dsh.subagent.activation import Activation
+    from dsh.subagent.authority import AncestorAuthority, Authority, UserAuthority
+    from dsh.subagent.providers import (
+        ContinuablePreparation,
+        ContinuableSpec,
+        ContinuableStarted,
+        ProviderCapabilities,
+        SubagentProvider,
+        SubagentRequest,
+        SubagentResult,
+        SubagentRun,
+    )
 
 __all__ = [
     "AgentHost",
@@ -74,6 +74,33 @@ __all__ = [
 ]
 
 _log = logging.getLogger("dsh.subagent")
+
+_PROVIDER_NAMES = frozenset(
+    {
+        "ContinuablePreparation",
+        "ContinuableSpec",
+        "ContinuableStarted",
+        "ProviderCapabilities",
+        "SubagentProvider",
+        "SubagentRequest",
+        "SubagentResult",
+        "SubagentRun",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    """The provider records and authorities re-exported here, loaded on first access."""
+    if name in _PROVIDER_NAMES:
+        from dsh.subagent import providers
+
+        return getattr(providers, name)
+    if name in ("AncestorAuthority", "UserAuthority"):
+        from dsh.subagent import authority
+
+        return getattr(authority, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 LifecycleListener = Callable[[Mapping[str, Any]], None]
 """Called with each lifecycle notification (`{"type": "subagent/start", ...}` and the others)."""
@@ -113,6 +140,8 @@ class SubagentRuntime:
     def __init__(
         self, services: Services, *, config: SubagentConfig | None = None, host: AgentHost | None = None
     ) -> None:
+        from dsh.config import SubagentConfig  # pydantic loads with the runtime, not with this module
+
         if config is not None and not isinstance(config, SubagentConfig):
             raise ConfigError("SubagentRuntime config must be a SubagentConfig")
         self.services = services
@@ -123,12 +152,39 @@ class SubagentRuntime:
         self._listeners: list[LifecycleListener] = []
         self._providers: dict[str, SubagentProvider] = {}
         self._runs: dict[SubagentRun, asyncio.Future[SubagentResult]] = {}
-        composer = ChildComposer(services, host)
-        self._continuations = ContinuationManager(services, composer, provider_of=self.get_provider, emit=self._emit)
-        for name, inherits in (("spawn", False), ("fork", True)):
-            self._providers[name] = InProcessProvider(name, inherits_parent_context=inherits, composer=composer)
+        # Built on first use (`_machinery`): the composer, the continuation manager and the built-in
+        # `spawn` and `fork` providers, which stay first in registration order.
+        self._manager: ContinuationManager | None = None
+        self._drained_early = False
         if services.projections is not None:
             self._ensure_units(services.projections)
+
+    def _machinery(self) -> ContinuationManager:
+        """The continuation manager, with the composer and the built-in providers built on first use."""
+        if self._manager is None:
+            from dsh.subagent._compose import ChildComposer
+            from dsh.subagent._continuation import ContinuationManager
+            from dsh.subagent._inprocess import InProcessProvider
+
+            composer = ChildComposer(self.services, self._host)
+            self._manager = ContinuationManager(self.services, composer, provider_of=self.get_provider, emit=self._emit)
+            built_in: dict[str, SubagentProvider] = {
+                name: InProcessProvider(name, inherits_parent_context=inherits, composer=composer)
+                for name, inherits in (("spawn", False), ("fork", True))
+            }
+            self._providers = built_in  # nothing registers before this: every provider path builds it first
+        return self._manager
+
+    async def _continuations(self) -> ContinuationManager:
+        """The continuation manager; one built after an early drain is drained too (it admits nothing)."""
+        manager = self._machinery()
+        if self._drained_early and not manager.draining:
+            await manager.drain()
+        return manager
+
+    @property
+    def _draining(self) -> bool:
+        return self._drained_early or (self._manager is not None and self._manager.draining)
 
     # ---------------------------------------------------------------- notifications
 
@@ -162,6 +218,7 @@ class SubagentRuntime:
             SubagentError: `DUPLICATE_PROVIDER` when the name is taken.
             Exception: What a `subagent/provider-added` listener raised (the registration is rolled back).
         """
+        self._machinery()  # the built-in providers keep their names and come first
         name = provider.name
         if name in self._providers:
             raise SubagentError(f'subagent provider "{name}" is already registered', "DUPLICATE_PROVIDER")
@@ -183,10 +240,12 @@ class SubagentRuntime:
 
     def get_provider(self, name: str) -> SubagentProvider | None:
         """The provider registered under `name`, or None."""
+        self._machinery()
         return self._providers.get(name)
 
     def providers(self) -> tuple[str, ...]:
         """Registered provider names, in registration order."""
+        self._machinery()
         return tuple(self._providers)
 
     # ---------------------------------------------------------------- one-shot runs
@@ -204,7 +263,7 @@ class SubagentRuntime:
             SubagentDepthError: The child would exceed `max_depth`.
             Exception: What the provider's `start` raised, unchanged.
         """
-        found = self._providers.get(provider)
+        found = self.get_provider(provider)
         if found is None:
             raise SubagentError(f'no subagent provider named "{provider}" is registered', "NO_PROVIDER")
         capabilities = found.capabilities
@@ -215,10 +274,12 @@ class SubagentRuntime:
                 )
         check_max_depth(request.max_depth)
         _check_output_schema(request.output_schema)
-        if self._continuations.draining:
+        if self._draining:
             raise SubagentError("the subagent runtime is draining and admits no new subagent work", "DRAINING")
         if request.max_depth is not None:
             child_depth(request.parent, request.max_depth)
+        from dsh.subagent.descriptor import snapshot_descriptor
+
         descriptor = snapshot_descriptor("one-shot", provider=provider, label=request.label)
         run = await found.start(dataclasses.replace(request, descriptor=descriptor))
         identity = {
@@ -235,6 +296,8 @@ class SubagentRuntime:
         return run
 
     def _run_ended(self, run: SubagentRun, identity: Mapping[str, Any], done: asyncio.Future[SubagentResult]) -> None:
+        from dsh.agent.messages import text_of_blocks
+
         self._runs.pop(run, None)
         output: Sequence[Mapping[str, Any]] = ()
         if done.cancelled():
@@ -261,7 +324,7 @@ class SubagentRuntime:
             ValueError, SubagentDepthError: An invalid `max_depth`, or a child past it.
             BaseException: The signal's own reason when the caller aborted before acceptance.
         """
-        return await self._continuations.start(spec)
+        return await (await self._continuations()).start(spec)
 
     async def followup(
         self,
@@ -279,7 +342,8 @@ class SubagentRuntime:
                 `UNAUTHORIZED`, `PERSISTENCE_UNAVAILABLE`, `NOT_RESUMABLE`.
             BaseException: The signal's own reason when the caller aborted.
         """
-        return await self._continuations.followup(parent, child_id, content, source=source, signal=signal)
+        manager = await self._continuations()
+        return await manager.followup(parent, child_id, content, source=source, signal=signal)
 
     async def interrupt(self, target_id: str, authority: Authority) -> None:
         """Cancel the target's current turn (its inbox is kept); returns once accepted.
@@ -288,15 +352,16 @@ class SubagentRuntime:
             SubagentError: `UNAUTHORIZED` (not the exact live caller, itself, not a live descendant,
                 another parent session).
         """
-        await self._continuations.interrupt(target_id, authority)
+        await (await self._continuations()).interrupt(target_id, authority)
 
     def activation(self, child_id: str) -> Activation | None:
         """The resident Activation of a continuable child, or None."""
-        return self._continuations.activation(child_id)
+        return self._manager.activation(child_id) if self._manager is not None else None
 
     async def settled(self) -> None:
         """Wait until no Activation is settling or being disposed (their parents' notices are queued)."""
-        await self._continuations.settled()
+        if self._manager is not None:
+            await self._manager.settled()
 
     # ---------------------------------------------------------------- the catalog
 
@@ -367,7 +432,10 @@ class SubagentRuntime:
         """
         failure: SubagentError | None = None
         try:
-            await self._continuations.drain()
+            if self._manager is not None:
+                await self._manager.drain()
+            else:
+                self._drained_early = True  # nothing ran: no Activation to dispose, admission closes all the same
         except SubagentError as error:
             failure = error
         for run in list(self._runs):

@@ -7,20 +7,18 @@ The identity unit is last-wins over the whole log and carries the descriptor's `
 can prove it belongs to the child's own suffix (the unit cannot see the header or the cut). The
 timing unit measures settled turn time since the last descriptor (every descriptor resets it, so
 turns inherited from a fork seed never count); an event whose `time` is not an integer is ignored,
-and the settled total is clamped to the safe-integer range so the state stays lossless JSON.
+and the settled total is clamped to the safe-integer range so the state stays lossless JSON. Their
+state and view schemas are strict and closed (`dsh.subagent._unit_schemas`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal, NotRequired
-
-from pydantic import ConfigDict, Field, TypeAdapter, with_config
-from typing_extensions import TypedDict  # pydantic needs this TypedDict on Python 3.11
+from typing import Any, Final
 
 from dsh.json import SAFE_INT_MAX, JsonValue
 from dsh.projection.unit import ClientView, ProjectionUnit
 from dsh.session.events import SessionEvent
-from dsh.subagent.descriptor import SUBAGENT_DESCRIPTOR_TYPE, parse_descriptor
+from dsh.subagent._unit_schemas import IDENTITY_STATE, IDENTITY_VIEW, TIMING_STATE, TIMING_VIEW
 
 __all__ = [
     "SUBAGENT_IDENTITY_KEY",
@@ -33,33 +31,9 @@ SUBAGENT_IDENTITY_KEY: Final = "subagent"
 SUBAGENT_TIMING_KEY: Final = "subagentTiming"
 SUBAGENT_UNIT_VERSION: Final = 2
 
-_NonNegative = Annotated[int, Field(ge=0)]
-
-
-@with_config(ConfigDict(extra="forbid", strict=True))
-class _OneShotIdentity(TypedDict):
-    mode: Literal["one-shot"]
-    label: NotRequired[str]
-    seq: _NonNegative
-
-
-@with_config(ConfigDict(extra="forbid", strict=True))
-class _ContinuableIdentity(TypedDict):
-    mode: Literal["continuable"]
-    label: str
-    seq: _NonNegative
-
-
-_Identity = _OneShotIdentity | _ContinuableIdentity
-
-
-@with_config(ConfigDict(extra="forbid", strict=True))
-class _IdentityState(TypedDict):
-    identity: NotRequired[_Identity]
-
-
-_IDENTITY_STATE_SCHEMA: Final[TypeAdapter[_IdentityState]] = TypeAdapter(_IdentityState)
-_IDENTITY_VIEW_SCHEMA: Final[TypeAdapter[_Identity | None]] = TypeAdapter(_Identity | None)
+_DESCRIPTOR_TYPE: Final = "subagent/descriptor"
+"""`dsh.subagent.descriptor.SUBAGENT_DESCRIPTOR_TYPE` again: that module (and its dataclasses) loads when
+a descriptor is folded, not whenever the units are registered (docs/architecture.md#import-cost)."""
 
 
 def _identity_init() -> dict[str, Any]:
@@ -67,8 +41,10 @@ def _identity_init() -> dict[str, Any]:
 
 
 def _identity_apply(state: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
-    if event.type != SUBAGENT_DESCRIPTOR_TYPE:
+    if event.type != _DESCRIPTOR_TYPE:
         return state
+    from dsh.subagent.descriptor import parse_descriptor
+
     try:
         descriptor = parse_descriptor(event.data)
     except Exception:
@@ -96,37 +72,13 @@ def subagent_identity_unit() -> ProjectionUnit[Any, Any]:
         state_version=SUBAGENT_UNIT_VERSION,
         init=_identity_init,
         apply=_identity_apply,
-        state_schema=_IDENTITY_STATE_SCHEMA,
-        view=ClientView(render=_identity_render, schema=_IDENTITY_VIEW_SCHEMA),
-        event_types=frozenset({SUBAGENT_DESCRIPTOR_TYPE}),
+        state_schema=IDENTITY_STATE,
+        view=ClientView(render=_identity_render, schema=IDENTITY_VIEW),
+        event_types=frozenset({_DESCRIPTOR_TYPE}),
     )
 
 
 # ------------------------------------------------------------------------------------------ timing
-
-
-@with_config(ConfigDict(extra="forbid", strict=True))
-class _Interval(TypedDict):
-    since: int
-    through: int
-
-
-@with_config(ConfigDict(extra="forbid", strict=True))
-class _TimingState(TypedDict):
-    settledMs: _NonNegative
-    descriptorSeen: bool
-    active: NotRequired[_Interval]
-    pendingTurnStart: NotRequired[int]
-
-
-@with_config(ConfigDict(extra="forbid", strict=True))
-class _TimingView(TypedDict):
-    settledMs: _NonNegative
-    active: NotRequired[_Interval]
-
-
-_TIMING_STATE_SCHEMA: Final[TypeAdapter[_TimingState]] = TypeAdapter(_TimingState)
-_TIMING_VIEW_SCHEMA: Final[TypeAdapter[_TimingView]] = TypeAdapter(_TimingView)
 
 
 def _timing_init() -> dict[str, Any]:
@@ -144,7 +96,7 @@ def _timing_apply(state: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
             if state.get("descriptorSeen"):
                 return {**state, "active": {"since": t, "through": t}}
             return {**state, "pendingTurnStart": t}
-        if kind == SUBAGENT_DESCRIPTOR_TYPE:
+        if kind == _DESCRIPTOR_TYPE:
             since = active["since"] if active is not None else state.get("pendingTurnStart")
             reset: dict[str, Any] = {"descriptorSeen": True, "settledMs": 0}
             if since is not None:
@@ -186,6 +138,6 @@ def subagent_timing_unit() -> ProjectionUnit[Any, Any]:
         state_version=SUBAGENT_UNIT_VERSION,
         init=_timing_init,
         apply=_timing_apply,
-        state_schema=_TIMING_STATE_SCHEMA,
-        view=ClientView(render=_timing_render, schema=_TIMING_VIEW_SCHEMA),
+        state_schema=TIMING_STATE,
+        view=ClientView(render=_timing_render, schema=TIMING_VIEW),
     )

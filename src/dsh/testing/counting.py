@@ -45,10 +45,16 @@ class CountingPersistence:
         """Log reads across every session."""
         return sum(self.reads.values())
 
-    async def list(self, *, parent_session: str | None = None, signal: AbortSignal | None = None) -> SessionListing:
-        """Delegate; counts one listing."""
+    async def list(
+        self,
+        *,
+        parent_session: str | None = None,
+        parents: Collection[str | None] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> SessionListing:
+        """Delegate; counts one listing (whatever its filter)."""
         self.lists += 1
-        return await self.inner.list(parent_session=parent_session, signal=signal)
+        return await self.inner.list(parent_session=parent_session, parents=parents, signal=signal)
 
     async def inspect(self, session_id: str, *, signal: AbortSignal | None = None) -> PersistenceObservation:
         """Delegate; counts one log read unless the live view served it (failed reads count too)."""

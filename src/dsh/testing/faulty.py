@@ -227,11 +227,11 @@ class FaultyBackend:
         await self.inner.open()
 
     async def list_headers(
-        self, *, parent_session: str | None
+        self, *, parents: frozenset[str | None] | None = None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
         """Forward `list_headers`."""
         await self._enter("list_headers")
-        return await self.inner.list_headers(parent_session=parent_session)
+        return await self.inner.list_headers(parents=parents)
 
     async def exists(self, session_id: str) -> bool:
         """Forward `exists`."""

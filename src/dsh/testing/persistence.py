@@ -166,6 +166,25 @@ class PersistenceConformance(WriteConformance):
         ids = [row.header.id for row in everything]
         assert ids == ["p05", "u05", "g05", "k3", "k1", "k2"]
 
+    async def test_several_parents_filter_keeps_their_direct_children_sorted(self, harness: ConformanceHarness) -> None:
+        """list(parents={a, b}) returns the direct children of a and b, merged and sorted by (created_at, id)."""
+        records = closed_turn_records()
+        await write_stored_log(harness.writer, "pa", records, created_at=BASE_TIME_MS)
+        await write_stored_log(harness.writer, "pb", records, created_at=BASE_TIME_MS + 1)
+        children = [("a2", 300, "pa"), ("b1", 100, "pb"), ("a1", 100, "pa"), ("b2", 200, "pb"), ("c1", 150, "pc")]
+        for child_id, offset, parent in children:
+            await write_stored_log(
+                harness.writer, child_id, records, created_at=BASE_TIME_MS + offset, parentSession=parent
+            )
+        await write_stored_log(harness.writer, "g1", records, created_at=BASE_TIME_MS + 50, parentSession="a1")
+        listing = await harness.coordinator.list(parents={"pa", "pb"})
+        assert [row.header.id for row in listing] == ["a1", "b1", "b2", "a2"]
+        assert listing.damaged == []
+        parentless = await harness.coordinator.list(parents=[None, "a1"])
+        assert [row.header.id for row in parentless] == ["pa", "pb", "g1"]
+        assert (await harness.coordinator.list(parents=set())).rows == []
+        assert (await harness.coordinator.list(parents={"nobody"})).rows == []
+
     async def test_revisions_agree_across_reads_and_change_on_append(self, harness: ConformanceHarness) -> None:
         """list, inspect and revision() agree; an append changes it; independent stores differ."""
         records = note_records(7)

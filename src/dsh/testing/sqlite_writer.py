@@ -28,7 +28,7 @@ import orjson
 
 from dsh.persistence.sqlite import INSERT_EVENT, INSERT_SESSION, header_columns, open_store
 
-__all__ = ["RawText", "SqliteLoopGuard", "SqliteStoredLogWriter"]
+__all__ = ["RawText", "SqliteLoopGuard", "SqliteStoredLogWriter", "event_row", "json_text", "next_seq"]
 
 T = TypeVar("T")
 
@@ -43,7 +43,8 @@ class RawText(str):
     __slots__ = ()
 
 
-def _json_text(value: object) -> str:
+def json_text(value: object) -> str:
+    """A JSON column value as stored: `RawText` verbatim, anything else encoded compactly."""
     if isinstance(value, RawText):
         return str(value)
     try:
@@ -53,31 +54,33 @@ def _json_text(value: object) -> str:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _event_row(session_id: str, record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The `events` row for a raw record; refuses only what the schema cannot hold at all."""
+def event_row(session_id: str, record: Mapping[str, Any], *, system: str = "SQLite") -> tuple[Any, ...]:
+    """The `events` row for a raw record (same columns in SQLite and PostgreSQL); refuses only what
+    the schema cannot hold at all."""
     extra = sorted(set(record) - _ENVELOPE)
     if extra:
-        raise ValueError(f"the SQLite schema has no column for envelope keys {extra}")
+        raise ValueError(f"the {system} schema has no column for envelope keys {extra}")
     if "data" not in record:
-        raise ValueError("the SQLite schema cannot store an event record without data")
+        raise ValueError(f"the {system} schema cannot store an event record without data")
     ignorable: int | None = None
     if "ignorable" in record:
         if record["ignorable"] is not True:
-            raise ValueError("the SQLite schema stores ignorable only as true (1) or absent (NULL)")
+            raise ValueError(f"the {system} schema stores ignorable only as true (1) or absent (NULL)")
         ignorable = 1
     return (
         session_id,
         record.get("seq"),
         record.get("type"),
         record.get("time"),
-        _json_text(record["data"]),
-        _json_text(record["sourceEventSeqs"]) if "sourceEventSeqs" in record else None,
-        _json_text(record["surfaceOp"]) if "surfaceOp" in record else None,
+        json_text(record["data"]),
+        json_text(record["sourceEventSeqs"]) if "sourceEventSeqs" in record else None,
+        json_text(record["surfaceOp"]) if "surfaceOp" in record else None,
         ignorable,
     )
 
 
-def _next_seq(rows: Sequence[tuple[Any, ...]], floor: int = 0) -> int:
+def next_seq(rows: Sequence[tuple[Any, ...]], floor: int = 0) -> int:
+    """The session's next seq after `rows` (event rows), at least `floor`."""
     seqs = [row[1] for row in rows if type(row[1]) is int]
     return max(floor, max(seqs, default=-1) + 1)
 
@@ -129,12 +132,12 @@ class SqliteStoredLogWriter:
                 f"the SQLite schema keys sessions by id: a header id {header['id']!r} differing from "
                 f"{session_id!r} cannot be stored"
             )
-        rows = [_event_row(session_id, record) for record in records]
+        rows = [event_row(session_id, record) for record in records]
 
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            conn.execute(INSERT_SESSION, (session_id, *header_columns(header), uuid.uuid4().hex, 1, _next_seq(rows)))
+            conn.execute(INSERT_SESSION, (session_id, *header_columns(header), uuid.uuid4().hex, 1, next_seq(rows)))
             conn.executemany(INSERT_EVENT, rows)
 
         await self._run(work)
@@ -145,7 +148,7 @@ class SqliteStoredLogWriter:
         Raises:
             ValueError: Nothing is stored under the id.
         """
-        rows = [_event_row(session_id, record) for record in records]
+        rows = [event_row(session_id, record) for record in records]
 
         def work(conn: sqlite3.Connection) -> None:
             found = conn.execute("SELECT next_seq FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -154,7 +157,7 @@ class SqliteStoredLogWriter:
             conn.executemany(INSERT_EVENT, rows)
             conn.execute(
                 "UPDATE sessions SET revision = revision + 1, next_seq = ? WHERE id = ?",
-                (_next_seq(rows, found[0]), session_id),
+                (next_seq(rows, found[0]), session_id),
             )
 
         await self._run(work)

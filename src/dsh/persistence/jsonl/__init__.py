@@ -12,11 +12,17 @@ exactly as the backend does:
 * `artifact_name(compression)`, `project_key(cwd)` and `relative_path(id, cwd, compression)`:
   where a session's log lives under the root;
 * `encode_header(record)` and `encode_batch(records)`: the plaintext of the header record and of
-  one batch (one line per record), before zstd framing.
+  one batch (one line per record), before zstd framing;
+* `FILE_READS` (a `FileReads`): how many files every `JsonlBackend` of the process opened for
+  reading, by purpose (`head`, `log`, `revision`, `index`), counted where the backend opens them, so
+  a test or a benchmark can prove what a listing costs.
+
+The parent index (`_index`, `_listing`) is private: docs/storage-format.md#parent-index describes
+its file format.
 """
 
 from dsh.persistence.jsonl._backend import JsonlBackend
-from dsh.persistence.jsonl._files import Opener
+from dsh.persistence.jsonl._files import FILE_READS, FileReads, Opener
 from dsh.persistence.jsonl._format import (
     Compression,
     artifact_name,
@@ -28,6 +34,8 @@ from dsh.persistence.jsonl._format import (
 
 __all__ = [
     "Compression",
+    "FILE_READS",
+    "FileReads",
     "JsonlBackend",
     "Opener",
     "artifact_name",

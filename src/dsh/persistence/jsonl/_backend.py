@@ -19,9 +19,8 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import zstandard
 
@@ -29,19 +28,27 @@ from dsh.errors import ConfigError
 from dsh.json import FrozenDict, adopt
 from dsh.persistence._faults import IOFaultSlot
 from dsh.persistence._locks import WriterLocks, writer_active
-from dsh.persistence.base import Capability, DamagedSession, Fence, Revision, StoredLog, TornMarker
+from dsh.persistence._workers import WriterThreads
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    HeaderRow,
+    ParentFilter,
+    Revision,
+    StoredLog,
+    TornMarker,
+)
 from dsh.persistence.errors import (
     AppendConflictError,
     PersistenceClosedError,
     PersistenceIOError,
     SessionAlreadyExistsError,
     SessionCorruptionError,
-    SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionPersistenceError,
     StoreMisconfiguredError,
 )
-from dsh.persistence.headers import read_stored_header
 from dsh.persistence.jsonl._files import (
     TAIL_BYTES,
     Opener,
@@ -56,7 +63,6 @@ from dsh.persistence.jsonl._files import (
     path_exists,
     project_dirs,
     raw_open,
-    read_head,
     read_revision_at,
     read_stable,
     regular_stat,
@@ -71,14 +77,15 @@ from dsh.persistence.jsonl._format import (
     check_identity,
     check_version,
     decode_header,
-    decode_segment,
     encode_batch,
     encode_header,
     relative_path,
     scan_events,
     split_head,
 )
-from dsh.session.header import StoredHeaderError
+from dsh.persistence.jsonl._index import IndexFiles
+from dsh.persistence.jsonl._listing import FolderReader, StoreListing
+from dsh.persistence.jsonl._open_logs import OpenLog, OpenLogs
 from dsh.session.ids import encode_segment
 
 __all__ = ["JsonlBackend"]
@@ -88,12 +95,14 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 _TEMP_NAME: Final = re.compile(r"^session\.jsonl(?:\.zstd)?\.[0-9a-f]{12}\.tmp$")
-_CAPABILITIES: Final = frozenset({Capability.ARTIFACT_PATHS})
+_CAPABILITIES: Final = frozenset({Capability.ARTIFACT_PATHS, Capability.EAGER_APPENDS})
+_WRITER_THREADS: Final = 4
+"""Writer threads per backend: one session's appends always run on the same one (`WriterThreads`)."""
 _CACHE_LIMIT: Final = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class _Tail:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class _Tail(NamedTuple):
     """What this instance knows about a log it read or wrote, valid while `revision` is current.
 
     Attributes:
@@ -107,12 +116,6 @@ class _Tail:
     torn_at: int | None
 
 
-def _unreadable(path: str, what: str, error: OSError, session_id: str | None) -> DamagedSession:
-    """A listing entry the OS refused to read (permissions, I/O): reported, never fatal."""
-    reason = error.strerror or str(error)
-    return DamagedSession(path, "PERSISTENCE_IO", f'cannot read {what} "{path}": {reason}', session_id)
-
-
 def _bounded_put(cache: OrderedDict[str, V], key: str, value: V) -> None:
     """Insert as most recent and evict the oldest entries above `_CACHE_LIMIT` (caller holds the mutex)."""
     cache[key] = value
@@ -122,7 +125,7 @@ def _bounded_put(cache: OrderedDict[str, V], key: str, value: V) -> None:
 
 
 class JsonlBackend:
-    """JSONL session logs under one root directory; declares `ARTIFACT_PATHS` only.
+    """JSONL session logs under one root directory; declares `ARTIFACT_PATHS` and `EAGER_APPENDS`.
 
     Without `TYPED_READS` it has no `load_typed`: a log is one file read whole, so the coordinator
     answers a typed `read_events` with a full `load` and filters it. It offers the
@@ -171,10 +174,18 @@ class JsonlBackend:
         self._artifact = artifact_name(compression)
         self._opposite = artifact_name("none" if compression == "zstd" else "zstd")
         self._locks = WriterLocks(Path(self._root + ".locks"))
+        self._listing = StoreListing(
+            self._root,
+            FolderReader(self._opener, compression),
+            IndexFiles(self._root + ".index", writable=not read_only),
+        )
         self._mutex = threading.Lock()
         # Both caches are bounded (least recently stored first out) and verified on every use.
         self._paths: OrderedDict[str, str] = OrderedDict()
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
+        # Write descriptors of the logs this process writes, kept while their writer lock is held.
+        self._open_logs = OpenLogs()
+        self._writers = WriterThreads("dsh-jsonl-writer", _WRITER_THREADS)
         self._local = threading.local()
         self._faults = IOFaultSlot()
         self._closed = False
@@ -215,7 +226,10 @@ class JsonlBackend:
         return self._compressor().compress(text) if self.compression == "zstd" else text
 
     def _relative(self, path: str) -> str:
-        return os.path.relpath(path, self._root).replace(os.sep, "/")
+        """`path` relative to the root, `/`-separated (the artifact paths this backend builds are below it)."""
+        prefix = self._root + os.sep
+        relative = path[len(prefix) :] if path.startswith(prefix) else os.path.relpath(path, self._root)
+        return relative.replace(os.sep, "/")
 
     def _project_dirs(self) -> list[str]:
         return project_dirs(self._root)
@@ -223,13 +237,25 @@ class JsonlBackend:
     # ---------------------------------------------------------------- lifecycle
 
     async def open(self) -> None:
-        """Check the root, refuse misconfigured stores and sweep stale temp files."""
+        """Check the root, refuse misconfigured stores, sweep stale temp files; a writing open also
+        brings the parent index up to date (docs/storage-format.md#parent-index)."""
         await self._run(self._open_sync)
+        if not self.read_only:
+            await self._run(self._listing.refresh)
 
     def _open_sync(self) -> None:
-        # `project_dirs` refuses a root that is a file or unreadable; a missing root is fine. An
+        # `project_entries` refuses a root that is a file or unreadable; a missing root is fine. An
         # unreadable project or session folder is skipped here: the listing reports it as damaged.
-        for project in self._project_dirs():
+        # A project folder the parent index describes freshly has changed no entry since the index
+        # looked at it, so only its entries still being created (or damaged) can hold a crash's temp
+        # file or a new log: only those are looked at (docs/storage-format.md#parent-index).
+        for project, pending in self._listing.open_plan():
+            if pending is not None:
+                for name in pending:
+                    directory = os.path.join(project, name)
+                    if os.path.isdir(directory) and not os.path.islink(directory):
+                        self._sweep_session_dir(directory, name)
+                continue
             try:
                 entries = list(os.scandir(project))
             except OSError:
@@ -261,7 +287,16 @@ class JsonlBackend:
         if self._closed:
             return
         self._closed = True
-        await asyncio.to_thread(self._locks.release_all)
+        if not self.read_only:
+            # Indexes written within the folder's clock tick are rewritten once the clock moved on.
+            await asyncio.to_thread(self._listing.settle)
+        await asyncio.to_thread(self._close_sync)
+
+    def _close_sync(self) -> None:
+        self._writers.close()
+        for log in self._open_logs.pop_all():
+            self._remember(log.path, _Tail(log.revision, log.next_seq, None))
+        self._locks.release_all()
 
     # ---------------------------------------------------------------- lookup
 
@@ -374,109 +409,33 @@ class JsonlBackend:
     # ---------------------------------------------------------------- listing
 
     async def list_headers(
-        self, *, parent_session: str | None
+        self, *, parents: ParentFilter | None = None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
-        """Header records and revisions from the first frame/line of each log."""
-        return await self._run(self._list_sync, parent_session)
+        """Header records and revisions from the first frame/line of each log, each header validated once.
 
-    def _list_sync(self, parent_session: str | None) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
-        """Walk `root/*/*/`; every entry is isolated (docs/storage-format.md#damage-stays-visible).
-
-        One unreadable project folder, session folder or log never fails the walk: it is reported
-        in `damaged` and the walk goes on. Only a misconfigured store (the other encoding, the
-        flat legacy layout, an unreadable root) fails the whole listing.
+        Without `parents` every project folder is scanned. With it, a project folder whose parent
+        index is fresh costs only the headers of the sessions it names under those parents plus
+        the entries every listing re-reads; other folders are scanned
+        (docs/storage-format.md#parent-index). One unreadable project folder, session folder or log
+        never fails the walk (docs/storage-format.md#damage-stays-visible): it is reported in
+        `damaged`, which always covers the whole store. Only a misconfigured store (the other
+        encoding, the flat legacy layout, an unreadable root) fails the whole listing.
         """
-        found: dict[str, list[tuple[dict[str, Any], Revision, str]]] = {}
-        damaged: list[DamagedSession] = []
-        for project in self._project_dirs():
-            try:
-                entries = list(os.scandir(project))
-            except FileNotFoundError:
-                continue
-            except OSError as error:
-                damaged.append(_unreadable(project, "project folder", error, None))
-                continue
-            for entry in entries:
-                listed = self._list_entry(entry, damaged)
-                if listed is not None:
-                    record, revision, path = listed
-                    found.setdefault(record["id"], []).append((record, revision, path))
-        rows: list[tuple[FrozenDict, Revision]] = []
-        for session_id, entries_for_id in found.items():
-            if len(entries_for_id) > 1:
-                paths = sorted(path for _, _, path in entries_for_id)
-                message = f'duplicate session id "{session_id}" in several project directories: {", ".join(paths)}'
-                damaged.extend(DamagedSession(path, "SESSION_CORRUPT", message, session_id) for path in paths)
-                continue
-            record, revision, path = entries_for_id[0]
-            with self._mutex:
-                _bounded_put(self._paths, session_id, path)
-            if parent_session is not None and record.get("parentSession") != parent_session:
-                continue
-            rows.append((adopt(record), revision))  # type: ignore[arg-type]  # adopt of a dict is a FrozenDict
-        rows.sort(key=lambda row: (row[0]["createdAt"], row[0]["id"]))
+        return await self._run(self._list_sync, parents)
+
+    def _list_sync(
+        self, parents: ParentFilter | None
+    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+        listed, damaged = self._listing.headers(parents)
+        with self._mutex:
+            for item in listed:
+                _bounded_put(self._paths, item.header.id, item.path)
+        # `adopt` of a dict is a FrozenDict; the header was validated once, while listing.
+        rows: list[tuple[FrozenDict, Revision]] = [
+            HeaderRow(adopt(item.record), item.revision, item.header)  # type: ignore[arg-type]
+            for item in listed
+        ]
         return rows, damaged
-
-    def _list_entry(
-        self, entry: os.DirEntry[str], damaged: list[DamagedSession]
-    ) -> tuple[dict[str, Any], Revision, str] | None:
-        """One entry of a project folder: a listed header, or None (skipped or reported in `damaged`)."""
-        if entry.is_file(follow_symlinks=False):
-            if entry.name.endswith((".jsonl", ".jsonl.zstd")):
-                raise flat_legacy_error(entry.path)
-            return None
-        try:
-            # Followed like the lookup follows it: a session folder reached through a symbolic
-            # link lists exactly as it reads.
-            is_folder = entry.is_dir()
-        except OSError:
-            is_folder = False
-        if not is_folder:
-            return None
-        folder_id = decode_segment(entry.name)
-        try:
-            names = os.listdir(entry.path)
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            damaged.append(_unreadable(entry.path, "session folder", error, folder_id))
-            return None
-        if self._opposite in names:
-            raise wrong_encoding_error(os.path.join(entry.path, self._opposite), self.compression)
-        if self._artifact not in names:
-            return None
-        path = os.path.join(entry.path, self._artifact)
-        try:
-            row = self._list_one(path)
-        except (SessionCorruptionError, SessionFormatUnsupportedError, PersistenceIOError) as error:
-            damaged.append(DamagedSession(path, error.code, error.message, folder_id))
-            return None
-        except OSError as error:
-            # One unreadable log must not hide every other session: it is reported as damaged instead.
-            damaged.append(_unreadable(path, "session log", error, folder_id))
-            return None
-        if row is None:
-            return None
-        record, revision = row
-        return record, revision, path
-
-    def _list_one(self, path: str) -> tuple[dict[str, Any], Revision] | None:
-        """One listing row, None to skip; a complete but invalid header raises (reported as damaged)."""
-        result = read_head(self._opener, path, self.compression)
-        if result is None:
-            return None
-        head, _, revision = result
-        if head is None:
-            return None
-        ctx = LogContext(None, path)
-        record = decode_header(head.line, ctx)
-        check_version(record, ctx)
-        try:
-            read_stored_header(record)
-        except StoredHeaderError as error:
-            raise ctx.corrupt(f"corrupt session log: invalid session header: {error}") from error
-        check_identity(record, None, self._relative(path), self.compression, ctx)
-        return record, revision
 
     # ---------------------------------------------------------------- writes
 
@@ -497,10 +456,44 @@ class JsonlBackend:
         self, header: FrozenDict, events: Sequence[Mapping[str, Any]], *, materialized: bool, fence: Fence | None
     ) -> Revision:
         """Durably append one batch (one zstd frame); materialize header + batch when not yet stored."""
-        self._refuse_read_only(f'write session "{header.get("id")}"')
+        if self.read_only:
+            self._refuse_read_only(f'write session "{header.get("id")}"')
         if materialized:
             return await self._run(self._append_sync, header, events)
         return await self._run(self._materialize_sync, header, events)
+
+    def start_append(
+        self,
+        header: FrozenDict,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        fence: Fence | None,
+        done: Callable[[BaseException | None], object],
+    ) -> None:
+        """`EagerAppends`: queue the batch on the session's writer thread now; `done(error)` runs on the loop.
+
+        The same append as `append_batch(..., materialized=True)`, without a task or a future chain
+        around it (docs/architecture.md#from-append-to-the-acknowledgement).
+
+        Raises:
+            PersistenceClosedError: The backend is closed.
+            StoreMisconfiguredError: The backend was opened read-only.
+        """
+        if self._closed:
+            raise PersistenceClosedError("the jsonl backend is closed")
+        if self.read_only:
+            self._refuse_read_only(f'write session "{header.get("id")}"')
+        loop = asyncio.get_running_loop()
+        self._writers.submit(str(header["id"]), self._append_translated, (header, events), loop, done)
+
+    def _append_translated(self, header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Revision:
+        """`_append_sync` with stray OS errors translated, as `_run` does for awaited calls."""
+        try:
+            return self._append_sync(header, events)
+        except SessionPersistenceError:
+            raise
+        except OSError as error:
+            raise PersistenceIOError(f"jsonl: {error}", location=error.filename) from error
 
     def _materialize_sync(self, header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Revision:
         session_id = str(header["id"])
@@ -527,6 +520,8 @@ class JsonlBackend:
             )
         body = encode_batch(events)
         data = self._frame(encode_header(header)) + (self._frame(body) if body else b"")
+        project = os.path.dirname(directory)
+        pre = _lstat(project)
         ensure_dir(directory)
         try:
             st = link_new_file(path, data, self._faults.take())
@@ -540,6 +535,10 @@ class JsonlBackend:
         with self._mutex:
             _bounded_put(self._paths, session_id, path)
         self._remember(path, _Tail(revision, len(events), None))
+        self._keep_open(session_id, path, st=st, next_seq=len(events), data=data, revision=revision)
+        folder = _lstat(directory)
+        if folder is not None:
+            self._listing.note_materialized(project, os.path.basename(directory), header, folder.st_ino, pre)
         return revision
 
     def _open_log(self, session_id: str) -> tuple[str, int]:
@@ -564,7 +563,17 @@ class JsonlBackend:
 
     def _append_sync(self, header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Revision:
         session_id = str(header["id"])
+        log = self._open_logs.get(session_id)
+        if log is not None:
+            if log.unchanged():
+                # The common case: the file is exactly as this process's last write left it.
+                if not events:
+                    return log.revision
+                check_contiguous(session_id, log.path, events, log.next_seq)
+                return self._write_open(session_id, log, events)
+            self._drop_open(session_id)
         path, fd = self._open_log(session_id)
+        kept = False
         try:
             tail, st = self._current_tail(session_id, path, fd)
             if not events:
@@ -576,21 +585,58 @@ class JsonlBackend:
                     location=path,
                 )
             check_contiguous(session_id, path, events, tail.next_seq)
-            return self._write_batch(session_id, path, fd, (st.st_size, tail.next_seq), events)
+            revision = self._write_batch(session_id, path, fd, (st.st_size, tail.next_seq), events)
+            kept = True
+            return revision
         finally:
-            os.close(fd)
+            if not kept:
+                os.close(fd)
 
     def _write_batch(
         self, session_id: str, path: str, fd: int, at: tuple[int, int], records: Sequence[Mapping[str, Any]]
     ) -> Revision:
-        """Append one encoded batch at `at = (size, next_seq)`, all or nothing, and remember the new tail."""
+        """Append one encoded batch at `at = (size, next_seq)`, all or nothing; then keep `fd` open for
+        the next batch (the caller must not close it once this returned)."""
         size, next_seq = at
-        append_durably(
-            fd, self._frame(encode_batch(records)), size, path=path, session_id=session_id, fault=self._faults.take()
+        data = self._frame(encode_batch(records))
+        append_durably(fd, data, size, path=path, session_id=session_id, fault=self._faults.take())
+        st = os.fstat(fd)
+        tail = os.pread(fd, TAIL_BYTES, max(st.st_size - TAIL_BYTES, 0))
+        revision = revision_of(st, tail)
+        self._open_logs.put(
+            session_id, OpenLog(path, fd, st=st, next_seq=next_seq + len(records), tail=tail, revision=revision)
         )
-        revision, _ = fd_revision(fd)
-        self._remember(path, _Tail(revision, next_seq + len(records), None))
         return revision
+
+    def _write_open(self, session_id: str, log: OpenLog, records: Sequence[Mapping[str, Any]]) -> Revision:
+        """Append one batch through a kept descriptor whose file was just verified unchanged."""
+        data = self._frame(encode_batch(records))
+        try:
+            append_durably(log.fd, data, log.size, path=log.path, session_id=session_id, fault=self._faults.take())
+        except BaseException:
+            # Rolled back, but the file's times changed: the next append opens and checks afresh.
+            self._drop_open(session_id)
+            raise
+        st = os.fstat(log.fd)
+        revision = revision_of(st, (log.tail + data)[-TAIL_BYTES:])
+        log.advance(st, len(records), data, revision)
+        return revision
+
+    def _keep_open(
+        self, session_id: str, path: str, *, st: os.stat_result, next_seq: int, data: bytes, revision: Revision
+    ) -> None:
+        """Open a freshly materialized log for appending (best effort: a failure only costs speed)."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return
+        self._open_logs.put(session_id, OpenLog(path, fd, st=st, next_seq=next_seq, tail=data, revision=revision))
+
+    def _drop_open(self, session_id: str) -> None:
+        """Close the id's kept descriptor, remembering its state for the next verified open."""
+        log = self._open_logs.pop(session_id)
+        if log is not None:
+            self._remember(log.path, _Tail(log.revision, log.next_seq, None))
 
     async def commit_repair(
         self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[Mapping[str, Any]], *, fence: Fence | None
@@ -608,7 +654,9 @@ class JsonlBackend:
         self, header: Mapping[str, Any], torn: TornMarker | None, closers: Sequence[Mapping[str, Any]]
     ) -> Revision:
         session_id = str(header["id"])
+        self._drop_open(session_id)
         path, fd = self._open_log(session_id)
+        kept = False
         try:
             tail, st = self._current_tail(session_id, path, fd)
             expected_torn = torn.truncate_to if torn is not None else None
@@ -631,12 +679,15 @@ class JsonlBackend:
                 os.fsync(fd)
                 size = torn.truncate_to
             if batch:
-                return self._write_batch(session_id, path, fd, (size, tail.next_seq), batch)
+                revision = self._write_batch(session_id, path, fd, (size, tail.next_seq), batch)
+                kept = True
+                return revision
             revision, _ = fd_revision(fd)
             self._remember(path, _Tail(revision, tail.next_seq, None))
             return revision
         finally:
-            os.close(fd)
+            if not kept:
+                os.close(fd)
 
     # ---------------------------------------------------------------- writer lock
 
@@ -647,5 +698,16 @@ class JsonlBackend:
         return None
 
     async def release(self, session_id: str) -> None:
-        """Drop the session's writer lock (no-op when not held)."""
-        await asyncio.to_thread(self._locks.release, session_id)
+        """Drop the session's writer lock (no-op when not held) and close its kept log descriptor."""
+        await asyncio.to_thread(self._release_sync, session_id)
+
+    def _release_sync(self, session_id: str) -> None:
+        self._drop_open(session_id)
+        self._locks.release(session_id)
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None

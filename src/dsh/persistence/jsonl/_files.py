@@ -17,8 +17,10 @@ import logging
 import os
 import secrets
 import stat
+import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Final
 
@@ -29,7 +31,9 @@ from dsh.persistence.jsonl._format import Compression, HeadLine, LogContext, spl
 
 __all__ = [
     "FILE_MODE",
+    "FILE_READS",
     "TAIL_BYTES",
+    "FileReads",
     "Opener",
     "raw_open",
     "append_durably",
@@ -44,6 +48,8 @@ __all__ = [
     "keep_torn_copy",
     "link_new_file",
     "not_regular",
+    "project_dirs",
+    "project_entries",
     "read_head",
     "read_revision_at",
     "read_stable",
@@ -77,6 +83,34 @@ def raw_open(path: str, mode: str) -> IO[bytes]:
         os.close(fd)
         raise
 
+
+class FileReads:
+    """How many files the JSONL backend opened for reading, by purpose, in this process (thread-safe).
+
+    Purposes: `head` (a listing read a header record and the revision), `log` (a whole log was
+    read), `revision` (only the last 4 KiB), `index` (a parent index file was read and parsed). The
+    counts are counted where the backend opens the files, below every cache and wrapper, so a test can
+    prove what one command costs (for example that listing one parent's children opens O(children)
+    header files, docs/storage-format.md#parent-index).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, purpose: str) -> None:
+        """Count one opened file."""
+        with self._lock:
+            self._counts[purpose] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts so far (subtract two snapshots to measure one call)."""
+        with self._lock:
+            return dict(self._counts)
+
+
+FILE_READS: Final = FileReads()
+"""The process-wide `FileReads` of every `JsonlBackend`."""
 
 TAIL_BYTES: Final = 4096
 FILE_MODE: Final = 0o600
@@ -232,8 +266,8 @@ def remove_stale(directory: str, names: list[str]) -> None:
     fsync_dir(directory)
 
 
-def project_dirs(root: str) -> list[str]:
-    """The project directories under `root` (none when it does not exist yet).
+def project_entries(root: str) -> list[os.DirEntry[str]]:
+    """The project directories under `root` as directory entries (none when it does not exist yet).
 
     Raises:
         StoreMisconfiguredError: The root is not a directory or is not readable.
@@ -246,7 +280,12 @@ def project_dirs(root: str) -> list[str]:
         raise StoreMisconfiguredError(f'session store root "{root}" is not a directory', location=root) from error
     except PermissionError as error:
         raise StoreMisconfiguredError(f'session store root "{root}" is not readable', location=root) from error
-    return [entry.path for entry in entries if entry.is_dir(follow_symlinks=False)]
+    return [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
+
+
+def project_dirs(root: str) -> list[str]:
+    """The paths of the project directories under `root` (see `project_entries`)."""
+    return [entry.path for entry in project_entries(root)]
 
 
 def _changing(path: str) -> PersistenceIOError:
@@ -266,6 +305,7 @@ def read_stable(opener: Opener, path: str) -> tuple[bytes, os.stat_result]:
     """
     for _ in range(_STABLE_TRIES):
         before = regular_stat(path)
+        FILE_READS.add("log")
         with opener(path, "rb") as handle:
             data = handle.read()
         after = os.stat(path)
@@ -293,6 +333,7 @@ def read_head(
             before = regular_stat(path)
             size = before.st_size
             head: HeadLine | None = None
+            FILE_READS.add("head")
             with opener(path, "rb") as handle:
                 data = b""
                 step = _HEAD_CHUNK
@@ -324,6 +365,7 @@ def read_revision_at(opener: Opener, path: str) -> Revision | None:
     for _ in range(_STABLE_TRIES):
         try:
             before = regular_stat(path)
+            FILE_READS.add("revision")
             with opener(path, "rb") as handle:
                 handle.seek(max(before.st_size - TAIL_BYTES, 0))
                 tail = handle.read(TAIL_BYTES)

@@ -13,17 +13,18 @@ log before a repair removes it, so no byte is lost). A packed chunk row written 
 harness (`_packed`) is expanded into the events it stands for as it is scanned; a malformed row is
 a defect of its line like any other.
 
-Hot path: a full read is dominated by `orjson.loads` per line, so the scanner accepts a line with two
-dict lookups (seq contiguity, packed-row type) and leaves every other check to the coordinator. A
-line the fast loop does not accept (a packed row, a defect) goes through the careful path alone,
-and the fast loop resumes after it while the log is still clean.
+Hot path: a read is dominated by `orjson.loads` per line, so the scanner parses each line once, in a
+C-level `map` per slice, takes the fast validation verdict (`dsh.session.fastcheck`) from that parse
+and keeps the line itself, not the parsed dict (docs/architecture.md#read-path). A line the fast
+loop does not accept (a packed row, a defect) goes through the careful path alone, and the fast
+loop resumes after it while the log is still clean.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+import operator
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, NamedTuple
 
 import orjson
 import zstandard
@@ -31,7 +32,8 @@ import zstandard
 from dsh.persistence.base import TornMarker, first_oversized_int
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
 from dsh.persistence.jsonl._packed import ROW_TYPES, MalformedRowError, expand_row
-from dsh.session.fastcheck import fast_check
+from dsh.session.events import KNOWN_EVENT_TYPES
+from dsh.session.fastcheck import FAST_UNSURE, fast_check
 from dsh.session.header import SESSION_FORMAT_VERSION
 from dsh.session.ids import encode_segment
 from dsh.session.stored import LineRecords, collector_paused
@@ -74,6 +76,10 @@ _NEWLINE: Final = b"\n"
 # whole plaintext, so `first_oversized_int` only runs on frames that can hold such an integer.
 _DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGIT_RUN: Final = b"0" * 19
+
+_UNSURE: Final = bytes([FAST_UNSURE])
+_TYPE: Final = operator.itemgetter("type")
+_CANONICAL_TYPES: Final = {kind: kind for kind in KNOWN_EVENT_TYPES}
 
 # The first frame size guess when decoding; later guesses follow the previous frame's size so the
 # bytes handed back in `unused_data` (a copy) stay about one frame long.
@@ -178,8 +184,8 @@ def encode_batch(records: Iterable[Mapping[str, Any]]) -> bytes:
 # Errors with context
 
 
-@dataclass(frozen=True, slots=True)
-class LogContext:
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class LogContext(NamedTuple):
     """Who a decode is for, so errors carry the session id and the artifact path."""
 
     session_id: str | None
@@ -196,8 +202,7 @@ class LogContext:
 # The header record
 
 
-@dataclass(frozen=True, slots=True)
-class HeadLine:
+class HeadLine(NamedTuple):
     """The header line (without its newline) and the byte offset where the event region starts."""
 
     line: bytes
@@ -348,7 +353,8 @@ class _LineScanner:
     def __init__(self, ctx: LogContext) -> None:
         self.ctx = ctx
         # Accepted records are kept as their lines plus type and fast-check verdict (LineRecords):
-        # the parsed dicts are dropped at once, which keeps a full read close to the bare parse.
+        # the parsed dicts are dropped at once, which keeps a read close to the bare parse and its
+        # memory near the size of the log. Every kept line is one complete JSON object on its own.
         # An expanded packed row contributes one synthesized line per event it stands for.
         self.lines: list[bytes] = []
         self.types: list[str] = []
@@ -364,35 +370,27 @@ class _LineScanner:
         lines = text.split(_NEWLINE)
         fragment = lines.pop()
         suspicious = self.oversized_at is None and text.translate(_DIGITS_TO_ZERO).find(_LONG_DIGIT_RUN) >= 0
-        rest: Iterator[bytes] = iter(lines)
+        start = 0
         if self.issue is None and not suspicious:
-            before = len(self.lines)
-            stop = self._fast(rest)
-            if stop is None:
-                # The common case: every line of the slice was a plain contiguous record.
-                self.line_no += len(self.lines) - before
-                self.committed += len(text) - len(fragment)
-                return fragment
-            while stop is not None:
-                self._count_fast(before)
+            while True:
+                stop = self._fast(lines, start)
+                accepted = stop - start
+                self.line_no += accepted
+                if start == 0 and stop == len(lines):
+                    # The common case: every line of the slice was a plain contiguous record.
+                    self.committed += len(text) - len(fragment)
+                    return fragment
+                self.committed += sum(map(len, lines[start:stop])) + accepted
+                if stop == len(lines):
+                    return fragment
                 self.line_no += 1
-                if not self._careful(stop, suspicious=False):
+                start = stop + 1
+                if not self._careful(lines[stop], suspicious=False):
                     break
-                before = len(self.lines)
-                stop = self._fast(rest)
-            else:
-                self._count_fast(before)
-                return fragment
-        for line in rest:
+        for line in lines[start:]:
             self.line_no += 1
             self._careful(line, suspicious=suspicious)
         return fragment
-
-    def _count_fast(self, before: int) -> None:
-        """Account for the lines `_fast` accepted since `before` (they are stored as read)."""
-        accepted = len(self.lines) - before
-        self.line_no += accepted
-        self.committed += sum(map(len, self.lines[before:])) + accepted
 
     def _careful(self, line: bytes, *, suspicious: bool) -> bool:
         """One line through `_slow`, advancing the committed offset and locating an oversized integer.
@@ -407,30 +405,53 @@ class _LineScanner:
             self.oversized_at = len(self.lines) - accepted
         return True
 
-    def _fast(self, lines: Iterator[bytes]) -> bytes | None:
-        """Accept lines while they are plain contiguous records; return the first line it did not
-        accept (consumed from `lines`), or None when `lines` ran out."""
-        keep_line = self.lines.append
-        keep_type = self.types.append
-        keep_verdict = self.verdicts.append
-        loads = orjson.loads
-        check = fast_check
-        packed = PACKED_ROW_TYPES
+    def _fast(self, lines: list[bytes], start: int) -> int:
+        """Accept `lines[start:]` while they are plain contiguous records; return the index of the
+        first line it did not accept (`len(lines)` when it accepted them all).
+
+        The per-line work runs in C-level `map` loops: one parse per line, the fast checks, the
+        types. A slice holding a line that is not JSON is walked line by line instead, so the stop
+        lands on that line.
+        """
+        chunk = lines[start:] if start else lines
         expected = len(self.lines)
-        for line in lines:
+        try:
+            parsed = list(map(orjson.loads, chunk))
+        except orjson.JSONDecodeError:
+            return start + self._fast_lines(chunk, expected)
+        verdicts = bytes(map(fast_check, parsed, range(expected, expected + len(parsed))))
+        accepted = verdicts.find(_UNSURE)
+        if accepted < 0:
+            accepted = len(parsed)
+        else:
+            # A record the fast check is unsure about may still be a plain record (an unknown type,
+            # a surface replace ...): the scanner only asks for seq contiguity and a non-packed
+            # type, and validation judges the rest.
+            while accepted < len(parsed) and _plain_at(parsed[accepted], expected + accepted):
+                accepted += 1
+            parsed = parsed[:accepted]
+            chunk = chunk[:accepted]
+            verdicts = verdicts[:accepted]
+        self.lines += chunk
+        kinds = list(map(_TYPE, parsed))
+        # Share one string object per known type instead of keeping one per record.
+        self.types += map(_CANONICAL_TYPES.get, kinds, kinds)
+        self.verdicts += verdicts
+        return start + accepted
+
+    def _fast_lines(self, lines: list[bytes], expected: int) -> int:
+        """`_fast` for a slice holding a line that is not JSON, one line at a time; returns the count."""
+        for offset, line in enumerate(lines):
             try:
-                record = loads(line)
-                kind = record["type"]
-                if record["seq"] != expected or kind in packed:
-                    return line
-            except (ValueError, TypeError, KeyError):
-                # Not JSON, not an object, no seq (a packed row has `seq0`): the careful path decides.
-                return line
-            keep_line(line)
-            keep_type(kind)
-            keep_verdict(check(record, expected))
-            expected += 1
-        return None
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return offset
+            if not _plain_at(record, expected + offset):
+                return offset
+            self.lines.append(line)
+            self.types.append(record["type"])
+            self.verdicts.append(fast_check(record, expected + offset))
+        return len(lines)
 
     @property
     def events(self) -> LineRecords:
@@ -498,12 +519,21 @@ class _LineScanner:
         return len(members)
 
 
+def _plain_at(record: Any, expected: int) -> bool:
+    """Whether the fast loop takes a parsed line as the record at `expected` (seq and type only)."""
+    try:
+        kind = record["type"]
+        return bool(record["seq"] == expected and kind not in PACKED_ROW_TYPES)
+    except (TypeError, KeyError):
+        # Not an object, no seq (a packed row has `seq0`), an unhashable type: the careful path decides.
+        return False
+
+
 # --------------------------------------------------------------------------------------------------
 # Whole-log scans: the line scanner plus the torn-tail verdict
 
 
-@dataclass(frozen=True, slots=True)
-class LogScan:
+class LogScan(NamedTuple):
     """The event region of a log: the valid prefix, the torn marker, the first oversized integer."""
 
     events: LineRecords

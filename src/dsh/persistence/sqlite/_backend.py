@@ -23,7 +23,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar
@@ -32,7 +32,7 @@ from dsh.errors import ConfigError
 from dsh.json import FrozenDict
 from dsh.persistence._faults import IOFault, IOFaultSlot
 from dsh.persistence._locks import WriterLocks
-from dsh.persistence.base import Capability, DamagedSession, Fence, Revision, StoredLog, TornMarker
+from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
 from dsh.persistence.errors import (
     AppendConflictError,
     PersistenceClosedError,
@@ -72,6 +72,8 @@ READER_CONNECTIONS: Final = 2
 
 _MAX_BUSY_TIMEOUT_MS: Final = 2_147_483_647
 
+_Done = Callable[[BaseException | None], object]
+
 _SESSION_ROW: Final = (
     "SELECT version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, "
     "incarnation, revision, next_seq FROM sessions WHERE id = ?"
@@ -80,6 +82,9 @@ _LIST: Final = (
     "SELECT id, version, created_at, cwd, parent_session, seed_length, origin, delegation_depth, agent_preset, "
     "incarnation, revision FROM sessions"
 )
+
+_IN_CHUNK: Final = 500
+"""Parent ids bound per `IN (...)` statement (well below every SQLite build's variable limit)."""
 
 # Row layout of `_SESSION_ROW`: the eight header columns, then these three.
 _INCARNATION, _REVISION, _NEXT_SEQ = 8, 9, 10
@@ -102,6 +107,11 @@ class _Lane:
         if self._conn is None:
             self._conn = self._connect()
         return fn(self._conn)
+
+    def start(self, fn: Callable[[sqlite3.Connection], object], loop: asyncio.AbstractEventLoop, done: _Done) -> None:
+        """Queue `fn(connection)` on the lane's thread without awaiting; `done(error)` runs on `loop` after."""
+        future = self._executor.submit(self._call, fn)
+        future.add_done_callback(lambda finished: _report(loop, done, finished))
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn(connection)` on the lane's thread and await its result."""
@@ -129,7 +139,7 @@ class _Lane:
 
 
 class SqliteBackend:
-    """Sessions in one SQLite database file; declares `TYPED_READS`.
+    """Sessions in one SQLite database file; declares `TYPED_READS` and `EAGER_APPENDS`.
 
     Args:
         path: The database file, or `":memory:"` for a private in-memory store (tests, one
@@ -146,7 +156,7 @@ class SqliteBackend:
     """
 
     name = "sqlite"
-    capabilities: frozenset[Capability] = frozenset({Capability.TYPED_READS})
+    capabilities: frozenset[Capability] = frozenset({Capability.TYPED_READS, Capability.EAGER_APPENDS})
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000, read_only: bool = False) -> None:
         if type(busy_timeout_ms) is not int or not 0 <= busy_timeout_ms <= _MAX_BUSY_TIMEOUT_MS:
@@ -304,23 +314,35 @@ class SqliteBackend:
     # Reads
 
     async def list_headers(
-        self, *, parent_session: str | None
+        self, *, parents: ParentFilter | None = None
     ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
         """Stored header records from `sessions` rows only, sorted by `(created_at, id)`.
 
-        A parent filter is answered by the partial `sessions_by_parent` index. Every row is a
-        complete typed record (STRICT columns), so nothing here is ever reported as damaged; the
-        coordinator validates the records.
+        A parent filter is answered by the partial `sessions_by_parent` index (`parent_session = ?`
+        for one parent, `parent_session IN (...)` in chunks of `_IN_CHUNK` ids for more; a None in
+        `parents` reads the parentless rows). Every row is a complete typed record (STRICT
+        columns), so nothing here is ever reported as damaged; the coordinator validates the
+        records.
         """
+        ids = None if parents is None else sorted(p for p in parents if p is not None and _bindable(p))
+        orphans = parents is not None and None in parents
 
         def run(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            if parent_session is None:
+            if ids is None:
                 return conn.execute(_LIST + " ORDER BY created_at, id").fetchall()
-            return conn.execute(
-                _LIST + " WHERE parent_session = ? ORDER BY created_at, id", (parent_session,)
-            ).fetchall()
+            with _read_transaction(conn):
+                found: list[tuple[Any, ...]] = []
+                for start in range(0, len(ids), _IN_CHUNK):
+                    chunk = ids[start : start + _IN_CHUNK]
+                    marks = ", ".join("?" * len(chunk))
+                    where = "parent_session = ?" if len(chunk) == 1 else f"parent_session IN ({marks})"
+                    found.extend(conn.execute(f"{_LIST} WHERE {where}", chunk).fetchall())
+                if orphans:
+                    found.extend(conn.execute(_LIST + " WHERE parent_session IS NULL").fetchall())
+            found.sort(key=lambda row: (row[2], row[0]))
+            return found
 
-        if parent_session is not None and not _bindable(parent_session):
+        if ids is not None and not ids and not orphans:
             return [], []
         rows = await self._translate(self._reader().run(run), "list sessions", None)
         return [(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
@@ -540,6 +562,45 @@ class SqliteBackend:
             raise
         return self._revision(incarnation, revision)
 
+    def start_append(
+        self,
+        header: FrozenDict,
+        events: Sequence[SessionEvent],
+        *,
+        fence: Fence | None,
+        done: Callable[[BaseException | None], object],
+    ) -> None:
+        """`EagerAppends`: queue the append on the writer thread now; `done(error)` runs on the loop.
+
+        The same transaction as `append_batch(..., materialized=True)`, with the same error
+        translation, without a task or a future chain around it
+        (docs/architecture.md#from-append-to-the-acknowledgement).
+
+        Raises:
+            PersistenceClosedError: The backend is not open.
+            StoreMisconfiguredError: The backend was opened read-only.
+        """
+        session_id = str(header["id"])
+        self._refuse_read_only(f'write session "{session_id}"')
+        writer, _ = self._lanes()
+        batch = tuple(events)
+        fault = self._faults.take()
+        location = self._location
+
+        def append(conn: sqlite3.Connection) -> Revision:
+            try:
+                return self._append(
+                    conn, session_id=session_id, header=header, events=batch, materialized=True, fault=fault
+                )
+            except (sqlite3.Error, OSError, UnicodeError) as error:
+                raise PersistenceIOError(
+                    f'sqlite: cannot append to session "{session_id}": {error}',
+                    session_id=session_id,
+                    location=location,
+                ) from error
+
+        writer.start(append, asyncio.get_running_loop(), done)
+
     async def commit_repair(
         self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[SessionEvent], *, fence: Fence | None
     ) -> Revision:
@@ -599,6 +660,14 @@ class SqliteBackend:
 
 # --------------------------------------------------------------------------------------------------
 # Helpers run on lane threads
+
+
+def _report(loop: asyncio.AbstractEventLoop, done: _Done, finished: Future[object]) -> None:
+    """Hand a lane job's outcome to `done` on the loop (on the lane's thread, as the job settles)."""
+    error = PersistenceClosedError("the sqlite backend closed") if finished.cancelled() else finished.exception()
+    # RuntimeError: the loop is closed, so nobody waits for this outcome any more.
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(done, error)
 
 
 def _bindable(value: str) -> bool:

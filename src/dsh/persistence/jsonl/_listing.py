@@ -1,0 +1,583 @@
+"""Listing the JSONL store: reading session folders, the walk over the parent index, and index upkeep.
+
+Layer: persistence (private to `dsh.persistence.jsonl`; blocking, called from the backend's worker
+threads only). `FolderReader` reads one entry of a project folder exactly as the listing always
+did (docs/storage-format.md#listing-without-reading-logs): every entry is isolated, and a header is
+parsed and validated once. `StoreListing` is the listing itself:
+
+* without a parent filter it scans every project folder (every header is read);
+* with one it uses, for each project folder, the folder's parent index when it is fresh
+  (docs/storage-format.md#parent-index) and reads only the headers of the matching sessions plus
+  the entries every listing re-reads (damaged ones and those still being created); a folder
+  without a fresh index is scanned;
+* a writing store also keeps the index: a scan of a folder whose index is not fresh writes a new
+  one, every materialization updates its folder's index, `open` refreshes every folder and
+  `close` rewrites the indexes it left "racily clean" once the clock has moved on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Final, Literal, NamedTuple
+
+from dsh.persistence.base import DamagedSession, ParentFilter, Revision
+from dsh.persistence.errors import (
+    PersistenceIOError,
+    SessionCorruptionError,
+    SessionFormatUnsupportedError,
+    SessionPersistenceError,
+)
+from dsh.persistence.headers import read_stored_header
+from dsh.persistence.jsonl._files import (
+    Opener,
+    flat_legacy_error,
+    project_entries,
+    read_head,
+    wrong_encoding_error,
+)
+from dsh.persistence.jsonl._format import (
+    Compression,
+    LogContext,
+    artifact_name,
+    check_identity,
+    check_version,
+    decode_header,
+    decode_segment,
+)
+from dsh.persistence.jsonl._index import (
+    INODE,
+    KIND,
+    NAME,
+    Entry,
+    IndexFiles,
+    IndexView,
+    Kind,
+    Stamp,
+    Writer,
+    entry_name,
+    indexable,
+    listed_entry,
+    other_entry,
+)
+from dsh.session.header import SessionHeader, StoredHeaderError
+
+__all__ = ["FolderReader", "Listed", "StoreListing", "unreadable"]
+
+_log = logging.getLogger("dsh.persistence")
+
+_SETTLE_TRIES: Final = 25
+_SETTLE_PAUSE_S: Final = 0.001
+"""At close, a racily clean index is rewritten once the filesystem clock has moved past the folder's
+time: up to 25 tries 1 ms apart (a coarser clock leaves it to the next writing open)."""
+
+
+# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+class Listed(NamedTuple):
+    """One listable session: its stored header record (and the validated header), revision and log path."""
+
+    record: dict[str, Any]
+    revision: Revision
+    path: str
+    header: SessionHeader
+
+
+Outcome = Listed | DamagedSession | None
+"""What reading one folder entry gave: a listed session, a damaged entry, or nothing to list."""
+
+
+def unreadable(path: str, what: str, error: OSError, session_id: str | None) -> DamagedSession:
+    """A listing entry the OS refused to read (permissions, I/O): reported, never fatal."""
+    reason = error.strerror or str(error)
+    return DamagedSession(path, "PERSISTENCE_IO", f'cannot read {what} "{path}": {reason}', session_id)
+
+
+def _kind(outcome: Outcome) -> Kind:
+    if isinstance(outcome, Listed):
+        return "L"
+    return "D" if isinstance(outcome, DamagedSession) else "R"
+
+
+class FolderReader:
+    """Reads the entries of project folders; one outcome per entry, each entry isolated.
+
+    Args:
+        opener: Opens a log for reading (the backend's opener).
+        compression: The store's encoding (names the log file and the refused other one).
+    """
+
+    def __init__(self, opener: Opener, compression: Compression) -> None:
+        self.opener = opener
+        self.compression: Compression = compression
+        self.artifact = artifact_name(compression)
+        self.opposite = artifact_name("none" if compression == "zstd" else "zstd")
+
+    def entry(self, project: str, project_name: str, entry: os.DirEntry[str]) -> tuple[Kind, Outcome]:
+        """One entry found by a scan of `project`: its index kind and its outcome.
+
+        Raises:
+            StoreMisconfiguredError: A flat legacy log, or a log of the other encoding.
+        """
+        if entry.is_file(follow_symlinks=False):
+            if entry.name.endswith((".jsonl", ".jsonl.zstd")):
+                raise flat_legacy_error(entry.path)
+            return "I", None
+        link = entry.is_symlink()
+        try:
+            # Followed like the lookup follows it: a session folder reached through a symbolic
+            # link lists exactly as it reads (and is re-read by every listing: its target can change).
+            is_folder = entry.is_dir()
+        except OSError:
+            is_folder = False
+        if not is_folder:
+            return ("R" if link else "I"), None
+        outcome = self.folder(entry.path, project_name, entry.name)
+        return ("R" if link else _kind(outcome)), outcome
+
+    def named(self, project: str, project_name: str, name: str) -> Outcome:
+        """An entry the parent index names, read again exactly as a scan reads it."""
+        path = os.path.join(project, name)
+        try:
+            is_folder = os.path.isdir(path)
+        except OSError:
+            is_folder = False
+        return self.folder(path, project_name, name) if is_folder else None
+
+    def folder(self, path: str, project_name: str, name: str) -> Outcome:
+        """One session folder: its listed header, a damaged entry, or None (no complete log yet, vanished)."""
+        folder_id = decode_segment(name)
+        try:
+            names = os.listdir(path)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            return unreadable(path, "session folder", error, folder_id)
+        if self.opposite in names:
+            raise wrong_encoding_error(os.path.join(path, self.opposite), self.compression)
+        if self.artifact not in names:
+            return None
+        log = os.path.join(path, self.artifact)
+        try:
+            return self.header(log, f"{project_name}/{name}/{self.artifact}")
+        except (SessionCorruptionError, SessionFormatUnsupportedError, PersistenceIOError) as error:
+            return DamagedSession(log, error.code, error.message, folder_id)
+        except OSError as error:
+            # One unreadable log must not hide every other session: it is reported as damaged instead.
+            return unreadable(log, "session log", error, folder_id)
+
+    def header(self, path: str, relative: str) -> Listed | None:
+        """The header of the log at `path` (`relative` to the root), validated once; None to skip.
+
+        Raises:
+            SessionCorruptionError: A complete first record that is not a valid header, or that
+                breaks the identity rule.
+            SessionFormatUnsupportedError: A header version other than 0.
+            PersistenceIOError: The log kept changing, or is not a regular file.
+        """
+        result = read_head(self.opener, path, self.compression)
+        if result is None:
+            return None
+        head, _, revision = result
+        if head is None:
+            return None
+        ctx = LogContext(None, path)
+        record = decode_header(head.line, ctx)
+        check_version(record, ctx)
+        try:
+            header, _ = read_stored_header(record)
+        except StoredHeaderError as error:
+            raise ctx.corrupt(f"corrupt session log: invalid session header: {error}") from error
+        check_identity(record, None, relative, self.compression, ctx)
+        return Listed(record, revision, path, header)
+
+
+_Refresh = Literal["clean", "stale", "wait"]
+
+
+class StoreListing:
+    """The listing of one JSONL root and the upkeep of its parent index (thread-safe).
+
+    Args:
+        root: The store root.
+        reader: Reads folder entries.
+        index: The root's index file (read-only stores never write it).
+    """
+
+    def __init__(self, root: str, reader: FolderReader, index: IndexFiles) -> None:
+        self.root = root
+        self.reader = reader
+        self.index = index
+        self._mutex = threading.Lock()
+        self._racy: set[str] = set()
+        self._access: dict[str, tuple[tuple[int, int, int, int], bool]] = {}
+
+    # ---------------------------------------------------------------- listing
+
+    def headers(self, parents: ParentFilter | None) -> tuple[list[Listed], list[DamagedSession]]:
+        """Every listable session (with `parents`, those whose validated header names one of them).
+
+        The damaged entries are always the whole store's. Rows are sorted by `(createdAt, id)`.
+
+        Raises:
+            StoreMisconfiguredError: The root is unusable, or holds a flat legacy log or a log of
+                the other encoding where the walk looks.
+        """
+        read: list[Listed] = []
+        damaged: list[DamagedSession] = []
+        folders = project_entries(self.root)
+        view = self._view(folders) if parents is not None else None
+        fresh: set[str] = set()
+        scanned: list[Listed] = []
+        for folder in folders:
+            if view is not None and self._fresh(view, folder.name, folder.path):
+                fresh.add(folder.name)
+            else:
+                start = len(read)
+                self._scan(folder.name, folder.path, read, damaged)
+                scanned.extend(read[start:])
+        picked: set[tuple[str, str]] = set()
+        if view is not None and parents is not None and fresh:
+            wanted = [pair for parent in parents for pair in view.children(parent)]
+            picked = {(folder, name) for folder, name in (*wanted, *view.recheck()) if folder in fresh}
+            unsafe = {folder_name for folder_name, name in picked if entry_name(name) is None}
+            for folder_name in sorted(unsafe):
+                # An index someone edited names what cannot be an entry: read that folder instead.
+                fresh.discard(folder_name)
+                start = len(read)
+                self._scan(folder_name, os.path.join(self.root, folder_name), read, damaged)
+                scanned.extend(read[start:])
+            picked = {pair for pair in picked if pair[0] in fresh}
+            for folder_name, name in sorted(picked):
+                path = os.path.join(self.root, folder_name)
+                _collect(self.reader.named(path, folder_name, name), read, damaged)
+        duplicates = self._duplicates_of(read, scanned, view, fresh, picked)
+        for session_id, paths in duplicates.items():
+            message = f'duplicate session id "{session_id}" in several project directories: {", ".join(paths)}'
+            damaged.extend(DamagedSession(path, "SESSION_CORRUPT", message, session_id) for path in paths)
+        rows = [
+            listed
+            for listed in read
+            if listed.header.id not in duplicates and (parents is None or listed.header.parent_session in parents)
+        ]
+        rows.sort(key=lambda listed: (listed.header.created_at, listed.header.id))
+        return rows, damaged
+
+    def _view(self, folders: list[os.DirEntry[str]]) -> IndexView | None:
+        """The index for a filtered listing; a writing store first rewrites racily clean folders."""
+        view = self.index.load()
+        if view is None or view.artifact != self.reader.artifact:
+            return None
+        if self.index.writable:
+            racy = [folder for folder in folders if self._racy_now(view, folder.name, folder.path)]
+            for folder in racy:
+                self._refresh_racy(folder.name, folder.path)
+            if racy:
+                view = self.index.load()
+        return view
+
+    def open_plan(self) -> list[tuple[str, list[str] | None]]:
+        """What `open` looks at: each project folder's path, with the names of its entries that can
+        have changed without the folder changing (the index's `D` and `R` entries) when the index
+        is fresh for the folder, or None (every entry).
+
+        Raises:
+            StoreMisconfiguredError: The root is not a readable directory.
+        """
+        folders = project_entries(self.root)
+        view = self.index.load()
+        if view is None or view.artifact != self.reader.artifact:
+            return [(folder.path, None) for folder in folders]
+        pending: dict[str, list[str]] = {}
+        for folder_name, name in view.recheck():
+            pending.setdefault(folder_name, []).append(name)
+        plan: list[tuple[str, list[str] | None]] = []
+        for folder in folders:
+            if self._fresh(view, folder.name, folder.path):
+                names = [name for name in pending.get(folder.name, ()) if entry_name(name) is not None]
+                plan.append((folder.path, names))
+            else:
+                plan.append((folder.path, None))
+        return plan
+
+    def _racy_now(self, view: IndexView, name: str, path: str) -> bool:
+        stamp = view.stamps.get(name)
+        if stamp is None or not stamp.racy():
+            return False
+        try:
+            return stamp.same_folder(os.lstat(path))
+        except OSError:
+            return False
+
+    def _fresh(self, view: IndexView, name: str, path: str) -> bool:
+        """Whether a reader may use the index for this folder: indexable, fresh, and readable."""
+        stamp = view.stamps.get(name)
+        if stamp is None or not indexable(name):
+            return False
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        if not stamp.fresh(st):
+            return False
+        # An unreadable folder is reported as one damaged folder by the scan, never entry by entry.
+        return self._readable(path, st)
+
+    def _readable(self, path: str, st: os.stat_result) -> bool:
+        """`access(R_OK | X_OK)` of a folder, asked again only when its owner or mode changed."""
+        key = (st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+        with self._mutex:
+            known = self._access.get(path)
+        if known is not None and known[0] == key:
+            return known[1]
+        readable = os.access(path, os.R_OK | os.X_OK)
+        with self._mutex:
+            self._access[path] = (key, readable)
+        return readable
+
+    def _scan(self, name: str, path: str, read: list[Listed], damaged: list[DamagedSession]) -> None:
+        """Read every entry of one project folder; a writing store also rewrites the folder's index."""
+        if not (self.index.writable and indexable(name)):
+            self._read_folder(name, path, read, damaged)
+            return
+        with self.index.lock() as writer:
+            view = self.index.load() if writer is not None else None
+            if writer is None or (view is not None and self._fresh(view, name, path)):
+                self._read_folder(name, path, read, damaged)
+                return
+            written_ns = writer.stamp()
+            scanned = self._read_folder(name, path, read, damaged)
+            if scanned is not None and scanned[0].st_dev == writer.device:
+                pre, entries = scanned
+                stamp = Stamp(pre.st_dev, pre.st_mtime_ns, written_ns)
+                self._stored(name, stamp, self.index.store(view, self.reader.artifact, name, stamp, entries))
+
+    def _read_folder(
+        self, name: str, path: str, read: list[Listed], damaged: list[DamagedSession]
+    ) -> tuple[os.stat_result, dict[str, Entry]] | None:
+        """Read every entry of one project folder: its `lstat` taken before, and its index entries."""
+        try:
+            pre = os.lstat(path)
+            entries = list(os.scandir(path))
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            damaged.append(unreadable(path, "project folder", error, None))
+            return None
+        built: dict[str, Entry] = {}
+        for entry in entries:
+            kind, outcome = self.reader.entry(path, name, entry)
+            _collect(outcome, read, damaged)
+            built[entry.name] = _entry_of(entry, kind, outcome)
+        return pre, built
+
+    def _duplicates_of(
+        self,
+        read: list[Listed],
+        scanned: list[Listed],
+        view: IndexView | None,
+        fresh: set[str],
+        picked: set[tuple[str, str]],
+    ) -> dict[str, list[str]]:
+        """Ids listed in several project folders -> every copy's path (sorted).
+
+        Copies come from the headers read now and, for entries of fresh folders that were not read,
+        from the index. Ids the index holds in several folders are listed in it (its writers keep
+        that list), so the index is parsed whole only when that list is not empty or a folder had
+        to be scanned (a scanned id may have a copy the index knows).
+        """
+        copies: dict[str, list[str]] = {}
+        for listed in read:
+            copies.setdefault(listed.header.id, []).append(listed.path)
+        if view is None or not fresh:
+            return {session_id: sorted(paths) for session_id, paths in copies.items() if len(paths) > 1}
+        lookup = set(view.dups) | {listed.header.id for listed in scanned}
+        if lookup:
+            indexed = view.copies()
+            for session_id in lookup:
+                for folder, name in indexed.get(session_id, ()):
+                    if folder in fresh and (folder, name) not in picked:
+                        copies.setdefault(session_id, []).append(
+                            os.path.join(self.root, folder, name, self.reader.artifact)
+                        )
+        return {session_id: sorted(paths) for session_id, paths in copies.items() if len(paths) > 1}
+
+    # ---------------------------------------------------------------- index upkeep
+
+    def _stored(self, name: str, stamp: Stamp, view: IndexView | None) -> None:
+        """Note whether a written folder state is racily clean (`close` rewrites those it can)."""
+        if view is None:
+            return
+        with self._mutex:
+            if stamp.racy():
+                self._racy.add(name)
+            else:
+                self._racy.discard(name)
+
+    def _relist(
+        self, project: str, project_name: str, known: Mapping[str, Entry], own: Entry | None = None
+    ) -> dict[str, Entry]:
+        """The folder's entries now: `known` entries whose name and inode are unchanged are kept, the
+        rest is read again; `own` (a session this writer just published) is taken as given."""
+        out: dict[str, Entry] = {}
+        for entry in os.scandir(project):
+            inode = entry.inode()
+            if own is not None and entry.name == own[NAME] and inode == own[INODE]:
+                out[entry.name] = own
+                continue
+            old = known.get(entry.name)
+            if old is not None and old[INODE] == inode and old[KIND] in ("L", "I"):
+                out[entry.name] = old
+                continue
+            kind, outcome = self.reader.entry(project, project_name, entry)
+            out[entry.name] = _entry_of(entry, kind, outcome)
+        return out
+
+    def note_materialized(
+        self, project: str, name: str, record: Mapping[str, Any], inode: int, pre: os.stat_result | None
+    ) -> None:
+        """Update the index after this writer materialized session folder `name` in `project`.
+
+        `pre` is the project folder's `lstat` taken before the session folder was created (None
+        when the project folder did not exist). When the index described the folder as it was then,
+        only entries added, removed or replaced since (by name and inode) are read, and the new
+        session's entry comes from its header; otherwise the whole folder is read. Never raises:
+        the index is derived data, and a failed update only leaves the folder not fresh.
+        """
+        project_name = os.path.basename(project)
+        if not (self.index.writable and indexable(project_name)):
+            return
+        try:
+            header, _ = read_stored_header(record)
+        except StoredHeaderError:
+            header = None
+        own = listed_entry(name, inode, header) if header is not None else None
+        try:
+            with self.index.lock() as writer:
+                if writer is not None:
+                    self._update(writer, project, project_name, own, pre)
+        except (OSError, SessionPersistenceError) as error:
+            _log.debug("jsonl index: not updated for %s: %s", project, error)
+
+    def _update(
+        self, writer: Writer, project: str, project_name: str, own: Entry | None, pre: os.stat_result | None
+    ) -> None:
+        written_ns = writer.stamp()
+        post = os.lstat(project)
+        if post.st_dev != writer.device:
+            return
+        view = self.index.load()
+        if view is not None and view.artifact != self.reader.artifact:
+            view = None
+        old = None if view is None else view.stamps.get(project_name)
+        usable = (pre is None and old is None) or (old is not None and pre is not None and old.same_folder(pre))
+        known = view.folder_entries(project_name) if usable and view is not None else {}
+        entries = self._relist(project, project_name, known, own)
+        stamp = Stamp(post.st_dev, post.st_mtime_ns, written_ns)
+        self._stored(project_name, stamp, self.index.store(view, self.reader.artifact, project_name, stamp, entries))
+
+    def _refresh_racy(self, name: str, path: str) -> _Refresh:
+        """Rewrite a racily clean folder's index once the filesystem clock has moved past its time.
+
+        The folder still has its recorded time; entries added, removed or replaced within that
+        clock tick are found by name and inode and read, the rest is kept.
+        """
+        with self.index.lock() as writer:
+            if writer is None:
+                return "stale"
+            view = self.index.load()
+            old = None if view is None or view.artifact != self.reader.artifact else view.stamps.get(name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                return "stale"
+            if view is None or old is None or not old.same_folder(st):
+                return "stale"
+            if not old.racy():
+                return "clean"
+            written_ns = writer.stamp()
+            if writer.device != st.st_dev or written_ns <= st.st_mtime_ns:
+                return "wait"
+            entries = self._relist(path, name, view.folder_entries(name))
+            if os.lstat(path).st_mtime_ns != st.st_mtime_ns:
+                return "stale"
+            stamp = Stamp(st.st_dev, st.st_mtime_ns, written_ns)
+            stored = self.index.store(view, self.reader.artifact, name, stamp, entries)
+            self._stored(name, stamp, stored)
+            return "clean" if stored is not None else "stale"
+
+    def refresh(self) -> None:
+        """A writing open: make the index fresh for every project folder, and forget removed folders.
+
+        Raises:
+            StoreMisconfiguredError: As `headers`.
+        """
+        if not self.index.writable:
+            return
+        folders = project_entries(self.root)
+        names = {folder.name for folder in folders if indexable(folder.name)}
+        with self.index.lock() as writer:
+            if writer is None:
+                return
+            self.index.sweep()
+            view = self.index.load()
+            if view is not None and view.artifact == self.reader.artifact and set(view.stamps) - names:
+                # Drop the folders that are gone (one rewrite keeping every present folder).
+                kept = next(iter(names & set(view.stamps)), None)
+                if kept is not None:
+                    stamp = view.stamps[kept]
+                    self.index.store(view, self.reader.artifact, kept, stamp, view.folder_entries(kept), keep=names)
+        for folder in folders:
+            if folder.name not in names:
+                continue
+            view = self.index.load()
+            if (
+                view is not None
+                and view.artifact == self.reader.artifact
+                and self._fresh(view, folder.name, folder.path)
+            ):
+                continue
+            try:
+                state = self._settle_one(folder.name, folder.path, tries=1)
+                if state == "stale":
+                    self._scan(folder.name, folder.path, [], [])
+                elif state == "wait":
+                    with self._mutex:
+                        self._racy.add(folder.name)
+            except OSError as error:
+                _log.debug("jsonl index: cannot refresh %s: %s", folder.path, error)
+
+    def settle(self) -> None:
+        """At close: rewrite the racily clean folder states this store wrote, once the clock allows."""
+        with self._mutex:
+            pending, self._racy = sorted(self._racy), set()
+        for name in pending:
+            try:
+                self._settle_one(name, os.path.join(self.root, name), tries=_SETTLE_TRIES)
+            except (OSError, SessionPersistenceError) as error:
+                _log.debug("jsonl index: cannot settle %s: %s", name, error)
+
+    def _settle_one(self, name: str, path: str, *, tries: int) -> _Refresh:
+        state: _Refresh = "wait"
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(_SETTLE_PAUSE_S)
+            state = self._refresh_racy(name, path)
+            if state != "wait":
+                break
+        return state
+
+
+def _entry_of(entry: os.DirEntry[str], kind: Kind, outcome: Outcome) -> Entry:
+    if kind == "L" and isinstance(outcome, Listed):
+        return listed_entry(entry.name, entry.inode(), outcome.header)
+    return other_entry(entry.name, entry.inode(), kind)
+
+
+def _collect(outcome: Outcome, read: list[Listed], damaged: list[DamagedSession]) -> None:
+    if isinstance(outcome, Listed):
+        read.append(outcome)
+    elif outcome is not None:
+        damaged.append(outcome)

@@ -1,0 +1,146 @@
+"""What a fresh interpreter loads for `import dsh`, the core layers and `dsh agents`.
+
+The rule is in docs/architecture.md#import-cost.
+
+Each case runs in a subprocess, so the modules this test session already holds do not count, and
+asserts on `sys.modules` only: what is loaded, never how long it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh.config import Config
+from dsh.runtime import Runtime
+from dsh.session.header import HeaderInit
+from dsh.subagent.descriptor import snapshot_descriptor
+
+HEAVY = ("pydantic", "pydantic_settings", "typer", "rich", "openai", "fastapi", "uvicorn", "starlette")
+HEAVY += ("psycopg", "psycopg_pool", "httpx", "matplotlib", "click", "yaml")
+"""Third-party packages `import dsh` and the core layers must not load: each costs tens of milliseconds."""
+
+SERVER_AND_MODEL = ("openai", "fastapi", "uvicorn", "starlette", "psycopg", "psycopg_pool", "httpx", "matplotlib")
+"""What `dsh agents` never needs: the HTTP server, the model SDK, PostgreSQL and plotting."""
+
+_REPORT = "import json, sys; print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))"
+
+
+def _packages_after(code: str) -> set[str]:
+    """The top-level package names a fresh interpreter holds after running `code`."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{_REPORT}"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import dsh",
+        "import dsh.runtime",
+        "from dsh import Runtime",
+        "from dsh import SessionStore, JsonlBackend, SqliteBackend, PersistenceCoordinator, ProjectionCache",
+        "from dsh import SessionQuery, SubagentRuntime, SubagentChildRow, Services",
+        "import dsh.session, dsh.persistence, dsh.projection, dsh.query, dsh.subagent",
+    ],
+)
+def test_importing_the_core_loads_no_heavy_dependency(code: str) -> None:
+    """`import dsh`, the runtime and the core layers load none of pydantic, typer, rich, openai, fastapi, psycopg ..."""
+    loaded = _packages_after(code)
+    assert sorted(loaded & set(HEAVY)) == []
+
+
+def test_import_dsh_loads_no_layer() -> None:
+    """`import dsh` runs no layer module: the public names load on first access."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import dsh, sys; print(sorted(m for m in sys.modules if m.startswith('dsh')))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['dsh']"
+
+
+def test_the_config_is_the_one_core_module_that_loads_pydantic_settings() -> None:
+    """`dsh.Config` loads pydantic-settings on first access, and nothing of the CLI or the server."""
+    loaded = _packages_after("import dsh; dsh.Config")
+    assert {"pydantic", "pydantic_settings"} <= loaded
+    assert sorted(loaded & {"typer", "rich", *SERVER_AND_MODEL}) == []
+
+
+def test_registering_the_cli_loads_neither_rich_nor_the_library() -> None:
+    """Reading `dsh.cli.main.app` registers every command without loading rich, pydantic-settings or a layer."""
+    loaded = _packages_after("import dsh.cli.main as m; m.app")
+    assert "typer" in loaded
+    assert sorted(loaded & {"rich", "pydantic_settings", *SERVER_AND_MODEL}) == []
+
+
+async def _small_home(home: Path) -> None:
+    async with Runtime.open(Config(home=home)) as rt:
+        parent = rt.sessions.create("parent")
+        parent.append("turn/start", {"turn": 1})
+        await rt.sessions.flush(parent)
+        for index in range(2):
+            descriptor = snapshot_descriptor("continuable", provider="spawn", label=f"child {index}")
+            record = {"type": "subagent/descriptor", "seq": 0, "time": rt.sessions.clock(), "data": descriptor}
+            child = rt.sessions.create(
+                f"child-{index}",
+                header=HeaderInit(parent_session="parent", origin="subagent", delegation_depth=1),
+                seed=[record],
+                inherited_event_count=0,
+            )
+            await rt.sessions.flush(child)
+            rt.sessions.dispose(child)
+
+
+def _run_agents(home: Path, extra: list[str]) -> str:
+    """Code that runs `dsh --home HOME agents parent EXTRA` in-process, stdout a pipe (not a terminal)."""
+    argv = ["dsh", "--home", str(home), "agents", "parent", *extra]
+    return (
+        f"import sys\nsys.argv = {argv!r}\nfrom dsh.cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n    assert not stop.code, stop.code"
+    )
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--plain"], ["--descendants"]])
+def test_dsh_agents_off_a_terminal_loads_no_rich_server_model_or_driver(tmp_path: Path, extra: list[str]) -> None:
+    """`dsh agents` into a pipe prints its table as plain lines: no rich, fastapi, openai, httpx, psycopg ..."""
+    asyncio.run(_small_home(tmp_path))
+    loaded = _packages_after(_run_agents(tmp_path, extra))
+    assert sorted(loaded & {"rich", *SERVER_AND_MODEL}) == []
+
+
+START_UP_DATACLASSES = frozenset({"dsh.session.header.SessionHeader"})
+"""The only dataclass a `dsh agents` start defines. Every other record it loads is a `dsh._record.Record`,
+a `NamedTuple` or a slotted class: a dataclass costs about half a millisecond to define
+(docs/architecture.md#import-cost)."""
+
+
+def test_dsh_agents_defines_no_dataclass_beyond_the_listed_ones(tmp_path: Path) -> None:
+    """The modules a `dsh agents` start loads define no dataclass but the ones `START_UP_DATACLASSES` names."""
+    asyncio.run(_small_home(tmp_path))
+    report = (
+        "import dataclasses, json\n"
+        "found = sorted(f'{name}.{value.__qualname__}' for name, module in list(sys.modules.items())\n"
+        "    if name.startswith('dsh') for value in vars(module).values()\n"
+        "    if isinstance(value, type) and value.__module__ == name and dataclasses.is_dataclass(value))\n"
+        "print(json.dumps(found))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", f"{_run_agents(tmp_path, [])}\n{report}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert set(json.loads(done.stdout.splitlines()[-1])) <= START_UP_DATACLASSES
