@@ -202,6 +202,7 @@ class IndexView:
         self._replaced: set[str] = set()
         self._overlay: dict[str, dict[str, Entry | None]] = {}
         self._by_parent: dict[object, list[tuple[str, str]]] = {}
+        self._overlay_parents: dict[object, list[tuple[str, str]]] | None = None
         self._recheck: list[tuple[str, str]] | None = None
         self._full: dict[str, dict[str, Entry]] | None = None
         self._mutex = threading.Lock()
@@ -263,15 +264,26 @@ class IndexView:
             if self._from_base(folder_name, entry):
                 found.append((folder_name, entry))
             position = stop + 1
-        for folder_name, overlay in self._overlay.items():
-            found.extend(
-                (folder_name, name)
-                for name, maybe in overlay.items()
-                if maybe is not None and maybe[KIND] == "L" and maybe[PARENT] == parent
-            )
+        found.extend(self._updated_children().get(parent, ()))
         with self._mutex:
             self._by_parent[parent] = found
         return found
+
+    def _updated_children(self) -> dict[object, list[tuple[str, str]]]:
+        """The listed entries of the updates by parent, built once per view: a walk asks for many
+        parents, and the updates may carry a few hundred entries."""
+        with self._mutex:
+            built = self._overlay_parents
+        if built is not None:
+            return built
+        by_parent: dict[object, list[tuple[str, str]]] = {}
+        for folder_name, overlay in self._overlay.items():
+            for name, maybe in overlay.items():
+                if maybe is not None and maybe[KIND] == "L":
+                    by_parent.setdefault(maybe[PARENT], []).append((folder_name, name))
+        with self._mutex:
+            self._overlay_parents = by_parent
+        return by_parent
 
     def recheck(self) -> list[tuple[str, str]]:
         """`(folder, name)` of every `D` and `R` entry (every filtered listing re-reads them)."""

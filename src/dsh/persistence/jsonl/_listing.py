@@ -328,8 +328,7 @@ class StoreListing:
     def _readable(self, path: str, st: os.stat_result) -> bool:
         """`access(R_OK | X_OK)` of a folder, asked again only when its owner or mode changed."""
         key = (st.st_ino, st.st_mode, st.st_uid, st.st_gid)
-        with self._mutex:
-            known = self._access.get(path)
+        known = self._access.get(path)  # one dict read is atomic; writers below hold the mutex
         if known is not None and known[0] == key:
             return known[1]
         readable = os.access(path, os.R_OK | os.X_OK)
