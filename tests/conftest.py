@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import ipaddress
 import itertools
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import dsh
 from dsh.testing.fake_openai import FakeOpenAIServer
 from dsh.testing.postgres import ThrowawaySchemas
 from dsh.testing.sqlite_writer import SqliteLoopGuard
 from dsh.testing.stored_logs import StepClock
+from tests.helpers import FULL_RUN
+
+# Hypothesis profiles: "ci" when the `CI` variable is set (or `DSH_FULL_TESTS=1`), "dev" otherwise. Property
+# tests pick their counts with `examples(N)` from tests/helpers.py, which follows the same switch (N on
+# CI, a tenth locally); a profile sets what a test leaves unset. Neither profile has a deadline: a time
+# limit per example fails on a loaded machine, not on a wrong property.
+settings.register_profile("dev", max_examples=10, deadline=None)
+settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
+settings.load_profile("ci" if FULL_RUN else "dev")
 
 
 @pytest.fixture
@@ -49,9 +62,47 @@ def _no_sqlite_on_the_loop(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("sqlite_on_loop_on_purpose") is not None:
         yield
         return
-    with SqliteLoopGuard(only_from=_DSH_SOURCE) as guard:
+    guard = SqliteLoopGuard(only_from=_DSH_SOURCE)
+    with _armed_while_a_loop_runs(guard):
         yield
     guard.assert_clean()
+
+
+@contextlib.contextmanager
+def _armed_while_a_loop_runs(guard: SqliteLoopGuard) -> Iterator[None]:
+    """Enter `guard` each time an event loop starts running on this thread, and leave it when it stops.
+
+    The guard records a call only while a loop runs on its thread, so profiling outside a loop finds
+    nothing and only slows the test down (a profiler sees every Python call). asyncio marks a loop
+    running and stopped through `asyncio.events._set_running_loop`, which `run_forever` (under
+    `asyncio.run`, `asyncio.Runner` and `run_until_complete`) looks up on each start; wrapping it arms
+    the profiler exactly for the time a loop runs here. Loops on other threads are left alone, as
+    the guard itself leaves them.
+    """
+    thread = threading.get_ident()
+    real_set_running_loop = asyncio.events._set_running_loop
+    armed = False
+
+    def set_running_loop(loop: asyncio.AbstractEventLoop | None) -> None:
+        nonlocal armed
+        if threading.get_ident() != thread:
+            real_set_running_loop(loop)
+            return
+        if loop is None and armed:
+            guard.__exit__(None, None, None)
+            armed = False
+        real_set_running_loop(loop)
+        if loop is not None and not armed:
+            guard.__enter__()
+            armed = True
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(asyncio.events, "_set_running_loop", set_running_loop)
+        try:
+            yield
+        finally:
+            if armed:
+                guard.__exit__(None, None, None)
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench import summary
 from bench.common import count_target, info, later, rotated, spread, target
 
@@ -62,6 +64,7 @@ def test_rotated_rounds_are_permutations_that_move_every_item() -> None:
     assert all(len({order.index(item) for order in orders}) > 1 for item in items)
 
 
+@pytest.mark.slow
 def test_catalog_measurement_counts_reads_below_the_query_layer(tmp_path: Path) -> None:
     """On tiny homes, a restart's listings check rows and rungs and count backend reads and file opens."""
     from bench.catalog_counting import FileCounter

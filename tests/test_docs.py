@@ -24,7 +24,7 @@ _CITATION = re.compile(r"§|seed 0[0-9]|# ?C[1-5]\b|_rung[0-9]|def test_[0-9]|de
 
 
 def _sources() -> list[Path]:
-    return sorted([*ROOT.joinpath("src").rglob("*.py"), *ROOT.joinpath("tests").rglob("*.py")])
+    return sorted(path for folder in ("src", "tests", "bench") for path in ROOT.joinpath(folder).rglob("*.py"))
 
 
 def _markdown() -> list[Path]:
@@ -74,7 +74,7 @@ def test_the_design_documents_exist(name: str) -> None:
 
 
 def test_every_docs_link_in_code_and_tests_resolves() -> None:
-    """Every `docs/<file>.md#<anchor>` written in src/ or tests/ names an existing file and heading."""
+    """Every `docs/<file>.md#<anchor>` written in src/, tests/ or bench/ names an existing file and heading."""
     problems = []
     for source in _sources():
         if source == Path(__file__).resolve():
@@ -110,7 +110,7 @@ def test_every_relative_link_in_the_markdown_resolves() -> None:
 
 
 def test_code_and_tests_cite_no_outside_specification() -> None:
-    """No source or test names a section, design record or acceptance number of a document outside the repository."""
+    """No source, test or benchmark names a section or requirement number of a document outside the repository."""
     hits = []
     for source in _sources():
         if source == Path(__file__).resolve():

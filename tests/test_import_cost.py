@@ -40,6 +40,7 @@ def _packages_after(code: str) -> set[str]:
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [
@@ -70,6 +71,7 @@ def test_import_dsh_loads_no_layer() -> None:
     assert done.stdout.strip() == "['dsh']"
 
 
+@pytest.mark.slow
 def test_the_config_is_the_one_core_module_that_loads_pydantic_settings() -> None:
     """`dsh.Config` loads pydantic-settings on first access, and nothing of the CLI or the server."""
     loaded = _packages_after("import dsh; dsh.Config")
@@ -77,6 +79,7 @@ def test_the_config_is_the_one_core_module_that_loads_pydantic_settings() -> Non
     assert sorted(loaded & {"typer", "rich", *SERVER_AND_MODEL}) == []
 
 
+@pytest.mark.slow
 def test_registering_the_cli_loads_neither_rich_nor_the_library() -> None:
     """Reading `dsh.cli.main.app` registers every command without loading rich, pydantic-settings or a layer."""
     loaded = _packages_after("import dsh.cli.main as m; m.app")
@@ -111,6 +114,7 @@ def _run_agents(home: Path, extra: list[str]) -> str:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra", [[], ["--json"], ["--plain"], ["--descendants"]])
 def test_dsh_agents_off_a_terminal_loads_no_rich_server_model_or_driver(tmp_path: Path, extra: list[str]) -> None:
     """`dsh agents` into a pipe prints its table as plain lines: no rich, fastapi, openai, httpx, psycopg ..."""
@@ -125,6 +129,7 @@ a `NamedTuple` or a slotted class: a dataclass costs about half a millisecond to
 (docs/architecture.md#import-cost)."""
 
 
+@pytest.mark.slow
 def test_dsh_agents_defines_no_dataclass_beyond_the_listed_ones(tmp_path: Path) -> None:
     """The modules a `dsh agents` start loads define no dataclass but the ones `START_UP_DATACLASSES` names."""
     asyncio.run(_small_home(tmp_path))

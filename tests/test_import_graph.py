@@ -1,6 +1,7 @@
-"""The module import graph of `dsh` has no cycle, except through the `dsh.services` hub.
+"""The module import graph of `dsh` has no cycle, except through the `dsh.services` hub, and points down.
 
-Every import counts: module level, inside `if TYPE_CHECKING:` blocks and inside functions. The one
+Every import counts: module level, inside `if TYPE_CHECKING:` blocks, inside functions and the
+module tables of lazy loads (`importlib.import_module` behind a PEP 562 `__getattr__`). The one
 allowed hub is `dsh.services`, which names the services it holds for typing only
 (docs/architecture.md#import-rules).
 """
@@ -8,11 +9,45 @@ allowed hub is `dsh.services`, which names the services it holds for typing only
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import pytest
+
 _SOURCE = Path(__file__).resolve().parents[1] / "src"
 _HUB = "dsh.services"
+_FACADE = "dsh"  # the package root: re-exports the public names lazily; the adapters read its `__version__`
+
+# The layers of docs/architecture.md#layers, top first; a module may import its own layer and the
+# layers after it. A new top-level module or package must be placed here.
+_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("adapters", ("dsh.__main__", "dsh.cli", "dsh.demo")),
+    ("test support", ("dsh.testing",)),
+    ("diagnostics", ("dsh.doctor",)),
+    ("server", ("dsh.server",)),
+    ("composition root", ("dsh.runtime",)),
+    ("tools", ("dsh.tools",)),
+    ("subagent", ("dsh.subagent",)),
+    ("agent", ("dsh.agent",)),
+    ("query", ("dsh.query",)),
+    ("projection", ("dsh.projection",)),
+    ("persistence", ("dsh.persistence",)),
+    ("session", ("dsh.session",)),
+    (
+        "base",
+        (
+            "dsh._lazy_json",
+            "dsh._record",
+            "dsh.abort",
+            "dsh.config",
+            "dsh.errors",
+            "dsh.json",
+            "dsh.services",
+            "dsh.timer",
+        ),
+    ),
+)
 
 
 def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
@@ -35,7 +70,11 @@ def _resolve(name: str, modules: Mapping[str, object]) -> str | None:
 
 
 def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[str]:
-    """Every dotted name one import statement may bind (`from a import b` may be module `a.b`)."""
+    """The dotted name of every alias of one import statement (`from a import b` gives `a.b`).
+
+    `_resolve` maps `a.b` to module `a.b` when it is one and to `a` when `b` is a name inside it,
+    so each alias counts on its own: `from pkg import b, c` imports both submodules.
+    """
     if isinstance(node, ast.Import):
         for alias in node.names:
             yield alias.name
@@ -47,7 +86,6 @@ def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) 
         base = ".".join([*anchor, *([node.module] if node.module else [])])
     for alias in node.names:
         yield f"{base}.{alias.name}"
-        yield base
 
 
 def import_graph(root: Path, package: str) -> dict[str, set[str]]:
@@ -56,14 +94,34 @@ def import_graph(root: Path, package: str) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, (path, is_package) in modules.items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Dict):
+                graph[name].update(_lazy_table(node, modules) - {name})
+                continue
             if not isinstance(node, ast.Import | ast.ImportFrom):
                 continue
             for dotted in _imported(node, name, is_package):
-                target = dotted if dotted in modules else _resolve(dotted, modules)
+                target = _resolve(dotted, modules)
                 if target is not None and target != name:
                     graph[name].add(target)
-                    break  # the first candidate is the most specific one
     return graph
+
+
+def _lazy_table(node: ast.Dict, modules: Mapping[str, object]) -> set[str]:
+    """The modules a lazy-load table names: a dict whose every value is the dotted name of one of ours.
+
+    `__getattr__` loaders and the CLI's command table hand these strings to `importlib.import_module`,
+    an import no import statement shows.
+    """
+    values = [value.value for value in node.values if isinstance(value, ast.Constant)]
+    if not values or len(values) != len(node.values) or not all(value in modules for value in values):
+        return set()
+    return set(values)
+
+
+@functools.cache
+def _dsh_graph() -> Mapping[str, set[str]]:
+    """The import graph of the `dsh` source tree, built once per test session."""
+    return import_graph(_SOURCE, "dsh")
 
 
 def cycles(graph: Mapping[str, set[str]], *, skip: str | None = None) -> list[list[str]]:
@@ -125,12 +183,40 @@ def _path_within(graph: Mapping[str, set[str]], part: set[str]) -> list[str]:
     raise AssertionError(f"no cycle found in {sorted(part)}")
 
 
+@pytest.mark.slow
 def test_no_import_cycle_outside_the_services_hub() -> None:
     """No chain of imports leads from a `dsh` module back to itself unless it passes through `dsh.services`."""
-    graph = import_graph(_SOURCE, "dsh")
+    graph = _dsh_graph()
     assert _HUB in graph
     found = [" -> ".join(path) for path in cycles(graph, skip=_HUB)]
     assert found == [], "import cycles:\n" + "\n".join(found)
+
+
+def _layer_of(module: str) -> int | None:
+    """The index in `_LAYERS` of the layer `module` belongs to, or None."""
+    for index, (_name, prefixes) in enumerate(_LAYERS):
+        if any(module == prefix or module.startswith(f"{prefix}.") for prefix in prefixes):
+            return index
+    return None
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    """Each `dsh` module but the package root is placed in exactly one layer of the documented stack."""
+    graph = _dsh_graph()
+    assert sorted(module for module in graph if _layer_of(module) is None) == [_FACADE]
+
+
+def test_layers_import_only_downwards() -> None:
+    """No module imports a layer above its own (type-only imports included); only the `dsh.services` hub may."""
+    graph = _dsh_graph()
+    upward = [
+        f"{module} ({_LAYERS[_layer_of(module) or 0][0]}) -> {target} ({_LAYERS[_layer_of(target) or 0][0]})"
+        for module, targets in sorted(graph.items())
+        if module not in {_HUB, _FACADE}
+        for target in sorted(targets - {_FACADE})
+        if (_layer_of(target) or 0) < (_layer_of(module) or 0)
+    ]
+    assert upward == [], "imports of a higher layer:\n" + "\n".join(upward)
 
 
 def test_services_imports_the_layers_for_typing_only() -> None:
@@ -150,7 +236,7 @@ def test_services_imports_the_layers_for_typing_only() -> None:
 
 
 def test_the_checker_sees_type_only_and_local_imports(tmp_path: Path) -> None:
-    """The graph includes `TYPE_CHECKING`, function-level and relative imports, and reports the cycle path."""
+    """The graph sees type-only, local, relative, multi-name and lazy-table imports, and prints cycle paths."""
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
@@ -160,7 +246,11 @@ def test_the_checker_sees_type_only_and_local_imports(tmp_path: Path) -> None:
     (package / "hub.py").write_text("from pkg import a\n")
     (package / "d.py").write_text("from pkg.hub import X\n")
     (package / "hub2.py").write_text("from pkg.d import Y\n")
+    (package / "e.py").write_text("from pkg import a, c\nimport pkg.hub, pkg.d\n")
+    (package / "f.py").write_text("_LAZY = {'B': 'pkg.b', 'E': 'pkg.e'}\nNAMES = {'x': 'pkg.b', 'y': 'other'}\n")
     graph = import_graph(tmp_path, "pkg")
+    assert graph["pkg.e"] == {"pkg.a", "pkg.c", "pkg.hub", "pkg.d"}
+    assert graph["pkg.f"] == {"pkg.b", "pkg.e"}
     assert graph["pkg.a"] == {"pkg.b"}
     assert graph["pkg.b"] == {"pkg.c"}
     assert graph["pkg.c"] == {"pkg.a"}

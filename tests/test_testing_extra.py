@@ -11,6 +11,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 _ROOT = Path(__file__).resolve().parents[1]
 _GUARD = 120  # seconds; only guards against a hang, never measures anything
 
@@ -55,6 +57,7 @@ def test_the_blocker_blocks(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_import_dsh_testing_needs_no_extra(tmp_path: Path) -> None:
     """`import dsh.testing` succeeds without the extra; `check_unit` fails only when it is first used."""
     result = _run(
@@ -71,6 +74,7 @@ def test_import_dsh_testing_needs_no_extra(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_dsh_demo_runs_without_the_extra(tmp_path: Path) -> None:
     """`dsh demo --plain` exits 0 when pytest, pytest-asyncio and hypothesis cannot be imported."""
     home = tmp_path / "home"

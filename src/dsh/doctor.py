@@ -5,7 +5,8 @@ The checks (docs/cli.md#dsh-doctor):
 
 * **home**: the home folder exists and is a readable directory (not writable: a warning);
 * **free-space**: at least 100 MiB free where the home lives (less: a warning);
-* **cache**: `cache.sqlite3`, when present, passes `PRAGMA quick_check` opened with `mode=ro`;
+* **cache**: `cache.sqlite3`, when present, is a regular file (its type is checked before any open,
+  so a FIFO never blocks) and passes `PRAGMA quick_check` opened with `mode=ro`;
 * **serve-token**: the `dsh serve` token file, when present, is a regular file with mode 0600;
 * **model-key**, **model-url**: whether a model key is configured (never shown; none is reported but
   is not a problem, since the demo and scripted runs need none) and that the base URL is an http(s)
@@ -168,16 +169,47 @@ def _home_checks(home: Path) -> list[Check]:
 
 
 def _sqlite_check(name: str, path: Path, what: str) -> Check:
-    """`PRAGMA quick_check` of a SQLite file opened `mode=ro` (blocking)."""
-    if not path.exists():
+    """`PRAGMA quick_check` of a SQLite file opened `mode=ro` (blocking).
+
+    The file type is checked first: SQLite would open a FIFO and block forever, and a symbolic link
+    is refused by every open of the cache and the store anyway
+    (docs/storage-format.md#damage-stays-visible).
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
         return Check(name, "ok", f"no {what} at {path} (nothing to check)")
+    except OSError as error:
+        return Check(name, "fail", f"{what} {path} cannot be checked: {error.strerror}")
+    if stat.S_ISLNK(info.st_mode):
+        return Check(name, "fail", f"{what} {path} is a symbolic link; dsh refuses to open it")
+    if not stat.S_ISREG(info.st_mode):
+        return Check(name, "fail", f"{what} {path} is not a regular file")
     try:
         result = quick_check(path)
     except sqlite3.Error as error:
+        if _wal_needs_a_writable_folder(path, error):
+            # SQLite reads a WAL database only through its `-shm` index; when that file is absent
+            # and the folder is not writable, no reader can open the database, damaged or not.
+            # The cache is optional (read-only commands run without it), so that is a warning.
+            return Check(
+                name,
+                "warn" if name == "cache" else "fail",
+                f"{what} {path} cannot be read here: its folder is not writable and SQLite needs to "
+                f"create {path.name}-shm to read it (run as a user who can write {path.parent})",
+            )
         return Check(name, "fail", f"{what} {path} cannot be checked: {error}")
     if result != "ok":
         return Check(name, "fail", f"{what} {path} fails quick_check: {result}")
     return Check(name, "ok", f"{what} {path} passes quick_check")
+
+
+def _wal_needs_a_writable_folder(path: Path, error: sqlite3.Error) -> bool:
+    """Whether `error` is SQLite refusing a WAL database whose `-shm` file it may not create."""
+    name = getattr(error, "sqlite_errorname", "")
+    if not name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+        return False
+    return not os.path.lexists(f"{path}-shm") and not os.access(path.parent, os.W_OK)
 
 
 def _sqlite_store_path(config: Config) -> Path | None:
@@ -193,6 +225,19 @@ def _is_postgres(config: Config) -> bool:
     return url is not None and urlparse(url).scheme in ("postgresql", "postgres")
 
 
+def _nonempty_regular(path: Path) -> bool:
+    """Whether `path` is a regular file holding bytes (the only store file worth a quick_check).
+
+    Anything else in the store's place (nothing, 0 bytes, a FIFO, a folder, a link) is the store
+    check's finding: the read-only open reports it without opening it.
+    """
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0
+
+
 def _file_checks(config: Config) -> list[Check]:
     if _is_postgres(config):
         # Sessions and the projection cache live in the database; the home only holds the API token.
@@ -202,7 +247,7 @@ def _file_checks(config: Config) -> list[Check]:
     checks = _home_checks(config.home)
     checks.append(_sqlite_check("cache", config.cache_path, "projection cache"))
     store = _sqlite_store_path(config)
-    if store is not None and store.exists() and store.stat().st_size > 0:
+    if store is not None and _nonempty_regular(store):
         checks.append(_sqlite_check("store-file", store, "SQLite session store"))
     return checks
 

@@ -39,7 +39,7 @@ from dsh.agent.registry import AgentRegistry
 from dsh.errors import ConfigError
 from dsh.persistence.base import StorageBackend
 from dsh.persistence.coordinator import PersistenceCoordinator
-from dsh.persistence.errors import StoreMisconfiguredError
+from dsh.persistence.errors import PersistenceIOError, StoreMisconfiguredError
 from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
 from dsh.projection.cache_storage import CacheStorage, SqliteCacheStorage
 from dsh.projection.errors import ProjectionError
@@ -131,6 +131,28 @@ def _check_home_for_reading(config: Config) -> None:
         )
     if not os.path.isdir(home):
         raise StoreMisconfiguredError(f"the dsh home {home} is not a directory", location=str(home))
+
+
+def _check_home_for_writing(config: Config) -> None:
+    """A writing open of a home it cannot write fails here, once and clearly, not at every flush.
+
+    It creates the home (0700) as the first write would, then checks the home and, when it exists,
+    the sessions folder for write access.
+    """
+    home = config.home
+    if config.database_url not in (None, "sqlite://", "sqlite:///"):
+        return
+    if os.path.lexists(home) and not os.path.isdir(home):
+        raise StoreMisconfiguredError(f"the dsh home {home} is not a directory", location=str(home))
+    try:
+        os.makedirs(home, mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise PersistenceIOError(
+            f"cannot create the dsh home {home}: {error.strerror or error}", location=str(home)
+        ) from error
+    for folder in (home, config.sessions_dir):
+        if os.path.isdir(folder) and not os.access(folder, os.W_OK | os.X_OK):
+            raise PersistenceIOError(f"cannot write to {folder}: permission denied", location=str(folder))
 
 
 class Runtime:
@@ -310,8 +332,8 @@ class Runtime:
         self._opened = True
         config = self.config
         services = self.services
-        if self.read_only and self._backend is None:
-            await asyncio.to_thread(_check_home_for_reading, config)
+        if self._backend is None:
+            await asyncio.to_thread(_check_home_for_reading if self.read_only else _check_home_for_writing, config)
         backend = self._backend if self._backend is not None else backend_for(config, read_only=self.read_only)
         sessions = SessionStore(clock=self._clock, id_factory=self._ids.session)
         services.sessions = sessions

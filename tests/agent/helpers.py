@@ -20,10 +20,11 @@ from dsh.session.events import SessionEvent
 from dsh.testing.stored_logs import StepClock
 
 __all__ = [
-    "HANG_GUARD_S",
     "BlockingTool",
     "EchoTool",
+    "HANG_GUARD_S",
     "RaisingTool",
+    "TOOL_STEP_THEN_ANSWER",
     "events_of",
     "open_runtime",
     "script",
@@ -32,6 +33,22 @@ __all__ = [
 ]
 
 HANG_GUARD_S = 30.0
+
+TOOL_STEP_THEN_ANSWER = [
+    "turn/start",
+    "step/start",
+    "user/message",
+    "request/context",
+    "assistant/message",
+    "tool/call",
+    "tool/result",
+    "step/end",
+    "step/start",
+    "assistant/message",
+    "step/end",
+    "turn/end",
+]
+"""The event types of a turn whose first step calls one tool and whose second step answers."""
 """How long a test waits for an event before failing: a guard against hangs, never a timing assertion."""
 
 

@@ -17,8 +17,10 @@ from dsh.agent.errors import AgentError
 from dsh.agent.loop import Agent
 from dsh.session import Session
 from dsh.subagent.errors import SubagentError
+from dsh.subagent.providers import ContinuableSpec
 from tests.agent.helpers import (
     HANG_GUARD_S,
+    TOOL_STEP_THEN_ANSWER,
     BlockingTool,
     EchoTool,
     RaisingTool,
@@ -27,6 +29,7 @@ from tests.agent.helpers import (
     turn_events,
     types_of,
 )
+from tests.subagent.ops_helpers import scripted
 
 
 def _data(event: Any) -> Mapping[str, Any]:
@@ -77,20 +80,7 @@ async def test_a_tool_step_answers_every_call_and_a_second_step_ends_the_turn(tm
     async with open_runtime(tmp_path, script(steps), tools=[echo]) as rt:
         result = await rt.run("use the tool")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
-    assert types_of(events) == [
-        "turn/start",
-        "step/start",
-        "user/message",
-        "request/context",
-        "assistant/message",
-        "tool/call",
-        "tool/result",
-        "step/end",
-        "step/start",
-        "assistant/message",
-        "step/end",
-        "turn/end",
-    ]
+    assert types_of(events) == TOOL_STEP_THEN_ANSWER
     call, outcome = events[5], events[6]
     assert _data(call)["name"] == "echo"
     assert _data(call)["arguments"] == '{"text":"ping"}'
@@ -241,8 +231,16 @@ async def test_a_tool_error_with_a_code_records_its_name_and_code(tmp_path: Path
 
 
 async def test_cancelling_mid_stream_keeps_the_partial_text_and_ends_the_turn_aborted(tmp_path: Path) -> None:
-    """A turn cancelled while the model streams keeps an interrupted partial message and ends aborted (user)."""
+    """A turn cancelled while the model streams keeps an interrupted partial message, asks no more, ends aborted."""
     client = script([{"text": "a long answer that never finishes", "chunkSize": 4, "hold": "mid"}])
+    requests: list[Any] = []
+    original = client.stream
+
+    def counting_stream(request: Any, *, signal: Any) -> Any:
+        requests.append(request)
+        return original(request, signal=signal)
+
+    client.stream = counting_stream  # type: ignore[method-assign]
     async with open_runtime(tmp_path, client) as rt:
         agent = await rt.create_agent()
         message_id = await agent.send("talk")
@@ -258,6 +256,7 @@ async def test_cancelling_mid_stream_keeps_the_partial_text_and_ends_the_turn_ab
     assert _data(events[-1])["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
     assert types_of(events)[-2:] == ["step/end", "turn/end"]
     assert result.stop_reason == "aborted"
+    assert len(requests) == 1  # no further request after the cancel
 
 
 async def test_cancelling_during_a_tool_answers_the_running_and_the_later_calls(tmp_path: Path) -> None:
@@ -358,9 +357,9 @@ async def test_the_registry_reports_running_then_idle_and_forgets_a_closed_agent
             rt.agents.register(agent)
         assert refused.value.code == "DUPLICATE_AGENT"
         await agent.aclose()
-        assert rt.agents.unregister(agent) is True
         assert rt.agents.get(agent.id) is None
-        assert seen[-1] == (agent.id, "closed")
+        assert rt.agents.unregister(agent) is False  # already gone: closing the agent removed it
+        assert seen == [(agent.id, "running"), (agent.id, "idle"), (agent.id, "closed")]
 
 
 async def test_a_resumed_session_continues_the_turn_numbering(tmp_path: Path) -> None:
@@ -435,3 +434,24 @@ async def test_logged_chunks_are_cited_by_the_assistant_message(tmp_path: Path) 
         "finish",
     ]
     assert message.source_event_seqs == [c.seq for c in chunks]
+
+
+async def test_resume_agent_refuses_a_subagent_session_live_or_stored(tmp_path: Path) -> None:
+    """`rt.resume_agent` of a child session is SESSION_OWNED_BY_SUBAGENT, resident or cold, and loads nothing."""
+    client = scripted({"helper": [{"hold": "helper", "text": "HELPED"}]})  # `main` answers the notice
+    async with open_runtime(tmp_path, client) as rt:
+        parent = await rt.create_agent()
+        started = await rt.subagents.start_continuable(ContinuableSpec(parent=parent, prompt="help", label="helper"))
+        child = rt.agents.get(started.child_id)
+        with pytest.raises(AgentError) as live:
+            await rt.resume_agent(started.child_id)
+        assert rt.agents.get(started.child_id) is child
+        client.release("helper")
+        await rt.settle(HANG_GUARD_S)
+        assert rt.agents.get(started.child_id) is None
+        with pytest.raises(AgentError) as stored:
+            await rt.resume_agent(started.child_id)
+        assert rt.agents.get(started.child_id) is None
+        assert rt.sessions.get(started.child_id) is None
+        client.assert_consumed()
+    assert live.value.code == stored.value.code == "SESSION_OWNED_BY_SUBAGENT"

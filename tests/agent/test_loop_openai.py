@@ -16,7 +16,7 @@ from dsh.config import Config, ModelConfig
 from dsh.runtime import Runtime
 from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeToolCall, Gate, fake_usage
 from dsh.testing.stored_logs import StepClock
-from tests.agent.helpers import HANG_GUARD_S, EchoTool, types_of
+from tests.agent.helpers import HANG_GUARD_S, TOOL_STEP_THEN_ANSWER, EchoTool, types_of
 
 KEY = "sk-loop-test-key-0123456789"
 
@@ -61,20 +61,7 @@ async def test_a_tool_turn_over_sse_goes_model_tool_model_answer(
     async with _runtime(tmp_path, openai_server, tools=[echo]) as rt:
         result = await rt.run("please echo")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
-    assert types_of(events) == [
-        "turn/start",
-        "step/start",
-        "user/message",
-        "request/context",
-        "assistant/message",
-        "tool/call",
-        "tool/result",
-        "step/end",
-        "step/start",
-        "assistant/message",
-        "step/end",
-        "turn/end",
-    ]
+    assert types_of(events) == TOOL_STEP_THEN_ANSWER
     assert _data(events[5])["arguments"] == '{"text": "split across chunks"}'
     assert echo.calls == ["split across chunks"]
     result_block = _data(events[6])["message"]["content"][0]

@@ -498,6 +498,7 @@ async def test_key_never_appears_in_logs_errors_or_reprs(
     assert any(record.name.startswith("openai") for record in caplog.records)  # the SDK's DEBUG log ran
 
 
+@pytest.mark.slow
 def test_importing_the_models_package_does_not_import_openai() -> None:
     """`import dsh.agent.models` (and the client module) leaves the openai SDK unloaded."""
     code = (
@@ -508,6 +509,43 @@ def test_importing_the_models_package_does_not_import_openai() -> None:
     assert result.stdout.split() == ["False", "False"]
 
 
+@pytest.mark.slow
+def test_the_sdk_is_imported_only_by_the_first_request() -> None:
+    """Building the client (directly or as a runtime's model) leaves openai unloaded; its first request loads it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = f"""
+import asyncio, sys
+from dsh import Config, Runtime
+from dsh.abort import AbortSignal
+from dsh.agent.errors import ModelError
+from dsh.agent.model import ModelRequest, RequestMeta
+
+async def main():
+    config = Config(database_url="memory:", model={{"base_url": "http://127.0.0.1:{port}/v1", "api_key": "k",
+                                                   "max_retries": 0}})
+    async with Runtime.open(config) as rt:
+        client = rt.model_client()
+        await rt.create_agent()
+        print("openai" in sys.modules)
+        content = [{{"type": "text", "text": "hi"}}]
+        user = {{"id": "u", "role": "user", "content": content, "source": {{"kind": "user"}}}}
+        request = ModelRequest("m", None, [user], [], RequestMeta("s", "main", 1, 1))
+        try:
+            async for _ in client.stream(request, signal=AbortSignal.none()):
+                pass
+        except ModelError as error:
+            print(error.code)
+        print("openai" in sys.modules)
+
+asyncio.run(main())
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "MODEL_UNAVAILABLE", "True"], result.stderr
+
+
+@pytest.mark.slow
 def test_dsh_testing_imports_without_fastapi_or_uvicorn() -> None:
     """`import dsh.testing` works where fastapi and uvicorn are missing; only the fake server module needs them."""
     code = (

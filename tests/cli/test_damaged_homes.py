@@ -5,7 +5,9 @@ symlink to a non-log, unreadable; a renamed or moved folder; an unreadable folde
 the rows and counted on stderr (`N stored sessions could not be read; run dsh doctor`) while
 `--json` stays exactly the rows; a child whose header only the TypeScript harness accepts is a row.
 The command opens the home read-only: every test compares a tree snapshot taken before and after
-(docs/cli.md#damage-on-the-command-line).
+(docs/cli.md#damage-on-the-command-line). Permission damage (a mode-000 log or folder, a home nobody
+may write) is real: those commands run in a child process that honours file modes even when the suite
+runs as root (`tests/unprivileged.py`), and a write into an unwritable home ends in one error line.
 """
 
 from __future__ import annotations
@@ -27,39 +29,15 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from dsh.cli.main import app
-from dsh.config import Config
 from dsh.persistence.jsonl import encode_header
-from dsh.runtime import Runtime
-from dsh.session.header import HeaderInit
-from dsh.subagent.descriptor import snapshot_descriptor
 from tests.helpers import tree_snapshot
+from tests.subagent.helpers import write_family_home
+from tests.unprivileged import require_permission_checks, run_dsh
 
 runner = CliRunner()
 
-ROOT_IS_SUPERUSER = os.name == "posix" and os.geteuid() == 0
 _GUARD_S = 60
 _UNLISTED = re.compile(r"^(\d+) stored sessions? could not be read; run dsh --home \S+ doctor$", re.MULTILINE)
-
-
-async def _build(home: Path, children: list[str]) -> None:
-    """A parent `P` with one cold continuable child per id (label = the id)."""
-    async with Runtime.open(Config(home=home)) as rt:
-        parent = rt.sessions.create("P")
-        parent.append("turn/start", {"turn": 1})
-        parent.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
-        sessions = [parent]
-        for index, child_id in enumerate(children):
-            descriptor = snapshot_descriptor("continuable", provider="spawn", label=child_id)
-            child = rt.sessions.create(
-                child_id,
-                header=HeaderInit(parent_session="P", origin="subagent", delegation_depth=1, created_at=10 + index),
-                seed=[{"type": "subagent/descriptor", "seq": 0, "time": 1, "data": descriptor}],
-            )
-            child.append("turn/start", {"turn": 1})
-            child.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
-            sessions.append(child)
-        for session in sessions:
-            await rt.sessions.flush(session)
 
 
 def _log(home: Path, session_id: str) -> Path:
@@ -68,7 +46,7 @@ def _log(home: Path, session_id: str) -> Path:
 
 def _home(tmp_path: Path, *children: str) -> Path:
     home = tmp_path / "home"
-    asyncio.run(_build(home, list(children)))
+    asyncio.run(write_family_home(home, children))
     return home
 
 
@@ -129,6 +107,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_an_unreadable_child_is_counted_on_stderr_not_silently_dropped(tmp_path: Path, damage: str) -> None:
     """The damaged child is no row, stderr says how many entries could not be read, and the home is unchanged."""
@@ -147,30 +126,48 @@ def test_an_unreadable_child_is_counted_on_stderr_not_silently_dropped(tmp_path:
     assert tree_snapshot(home) == before
 
 
-@pytest.mark.skipif(ROOT_IS_SUPERUSER, reason="needs a non-root POSIX user (root reads mode-000 files)")
+def _agents_honouring_modes(home: Path) -> tuple[list[str], int, str]:
+    """`dsh agents P` run twice in a child that honours file modes: (JSON row ids, unlisted count, table)."""
+    as_json = run_dsh("--home", str(home), "agents", "P", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    table = run_dsh("--home", str(home), "agents", "P", "--plain")
+    assert table.returncode == 0, table.stderr
+    assert _unlisted(table.stderr) == _unlisted(as_json.stderr)
+    return [row["id"] for row in json.loads(as_json.stdout)], _unlisted(as_json.stderr), table.stdout
+
+
+@pytest.mark.slow
 def test_a_mode_000_log_is_counted(tmp_path: Path) -> None:
-    """A child log with mode 000 is counted on stderr; the other child lists."""
+    """A child log with mode 000 (refused by the kernel, even to root) is counted on stderr; the other child lists."""
+    require_permission_checks()
     home = _home(tmp_path, "good", "bad")
     _log(home, "bad").chmod(0)
-    result = _agents(home, "--json")
-    assert result.exit_code == 0, result.output
-    assert [row["id"] for row in json.loads(result.stdout)] == ["good"]
-    assert _unlisted(result.stderr) == 1
+    before = tree_snapshot(home)
+    ids, unlisted, table = _agents_honouring_modes(home)
+    assert ids == ["good"]
+    assert unlisted == 1
+    assert "good" in table
+    assert "bad" not in table
+    assert tree_snapshot(home) == before
 
 
-@pytest.mark.skipif(ROOT_IS_SUPERUSER, reason="needs a non-root POSIX user (root reads mode-000 folders)")
+@pytest.mark.slow
 def test_a_mode_000_session_folder_does_not_fail_the_listing(tmp_path: Path) -> None:
-    """A child's session folder with mode 000 is counted; the whole listing still succeeds."""
+    """A child's session folder with mode 000 (refused even to root) is counted; the whole listing still succeeds."""
+    require_permission_checks()
     home = _home(tmp_path, "good", "bad")
     folder = _log(home, "bad").parent
     folder.chmod(0)
     try:
-        result = _agents(home, "--json")
+        before = tree_snapshot(home)
+        ids, unlisted, table = _agents_honouring_modes(home)
+        after = tree_snapshot(home)
     finally:
         folder.chmod(0o700)
-    assert result.exit_code == 0, result.output
-    assert [row["id"] for row in json.loads(result.stdout)] == ["good"]
-    assert _unlisted(result.stderr) == 1
+    assert ids == ["good"]
+    assert unlisted == 1
+    assert "good" in table
+    assert after == before
 
 
 def test_an_unreadable_session_folder_does_not_fail_the_listing(
@@ -186,22 +183,28 @@ def test_an_unreadable_session_folder_does_not_fail_the_listing(
             raise PermissionError(13, "Permission denied", folder)
         return real_listdir(path)
 
+    before = tree_snapshot(home)
     monkeypatch.setattr(os, "listdir", listdir)
     result = _agents(home, "--json")
+    monkeypatch.undo()
     assert result.exit_code == 0, result.output
     assert [row["id"] for row in json.loads(result.stdout)] == ["good"]
     assert _unlisted(result.stderr) == 1
+    assert tree_snapshot(home) == before
 
 
+@pytest.mark.slow
 def test_a_fifo_never_hangs_the_command(tmp_path: Path) -> None:
     """A FIFO in place of a child's log: `dsh agents` (a real process) finishes promptly and counts it."""
     home = _home(tmp_path, "good", "bad")
     _fifo(home)
+    before = tree_snapshot(home)
     argv = [sys.executable, "-c", "from dsh.cli.main import main; main()", "--home", str(home), "agents", "P"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=_GUARD_S, check=False)
     assert done.returncode == 0, done.stderr
     assert "good" in done.stdout
     assert _unlisted(done.stderr) == 1
+    assert tree_snapshot(home) == before
 
 
 def test_ctrl_c_exits_130_with_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,9 +215,11 @@ def test_ctrl_c_exits_130_with_one_line(tmp_path: Path, monkeypatch: pytest.Monk
         raise KeyboardInterrupt
 
     monkeypatch.setattr("dsh.subagent.runtime.SubagentRuntime.list_children", interrupted)
+    before = tree_snapshot(home)
     result = _agents(home)
     assert result.exit_code == 130
     assert result.stderr.strip() == "interrupted"
+    assert tree_snapshot(home) == before
 
 
 def test_a_child_with_a_windows_cwd_is_a_row(tmp_path: Path) -> None:
@@ -230,7 +235,75 @@ def test_a_child_with_a_windows_cwd_is_a_row(tmp_path: Path) -> None:
     target.parent.mkdir(parents=True, mode=0o700)
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(encode_header(header))
     target.write_bytes(frame + rest)
+    before = tree_snapshot(home)
     result = _agents(home, "--json")
     assert result.exit_code == 0, result.output
     assert [row["id"] for row in json.loads(result.stdout)] == ["good", "win"]
     assert _unlisted(result.stderr) == 0
+    assert tree_snapshot(home) == before
+
+
+@pytest.mark.slow
+def test_a_run_on_an_unwritable_home_is_refused_at_open_with_one_line_and_exit_5(tmp_path: Path) -> None:
+    """`dsh run` on a mode-555 home (refused even to root): exit 5 and exactly one error line, before any turn."""
+    require_permission_checks()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"version": 1, "model": "scripted", "agents": {"main": {"steps": [{"text": "hi"}]}}}))
+    home = tmp_path / "locked"
+    home.mkdir(mode=0o555)
+    try:
+        before = tree_snapshot(home)
+        done = run_dsh("--home", str(home), "run", "hello", "--script", str(script))
+        after = tree_snapshot(home)
+    finally:
+        home.chmod(0o755)
+    assert done.returncode == 5, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "ExceptionGroup" not in done.stderr
+    assert done.stderr.splitlines() == [f"error [PERSISTENCE_IO]: cannot write to {home}: permission denied"]
+    assert after == before
+
+
+@pytest.mark.slow
+def test_an_unreadable_home_is_one_line_and_the_family_exit_code(tmp_path: Path) -> None:
+    """A mode-000 home (refused even to root): read commands exit 5 with one line; doctor fails `home`, exit 7."""
+    require_permission_checks()
+    home = _home(tmp_path, "good")
+    home.chmod(0)
+    try:
+        before = tree_snapshot(home)
+        listed = [run_dsh("--home", str(home), *command) for command in (["agents", "P"], ["sessions"])]
+        doctor = run_dsh("--home", str(home), "doctor", "--json")
+        after = tree_snapshot(home)
+    finally:
+        home.chmod(0o700)
+    for done in listed:
+        assert done.returncode == 5, done.stderr
+        assert done.stdout == ""
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("error [STORE_MISCONFIGURED]: "), line
+        assert "is not readable" in line
+    assert doctor.returncode == 7, doctor.stderr
+    checks = json.loads(doctor.stdout)["checks"]
+    assert checks[0] == {"name": "home", "status": "fail", "detail": f"{home} is not readable"}
+    assert after == before
+
+
+@pytest.mark.slow
+def test_the_demo_on_an_unreadable_folder_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    """`dsh demo --home` a mode-000 folder (refused even to root): one `CONFIG_INVALID` line and exit 4, no usage."""
+    require_permission_checks()
+    home = tmp_path / "closed"
+    home.mkdir(mode=0)
+    try:
+        done = run_dsh("demo", "--home", str(home), "--plain")
+    finally:
+        home.chmod(0o700)
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line == (
+        f"error [CONFIG_INVALID]: demo home {home} cannot be read (Permission denied); "
+        "give an empty or absent folder, or no --home"
+    )
+    assert list(home.iterdir()) == []

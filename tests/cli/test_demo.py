@@ -6,6 +6,9 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from dsh.cli.main import app
 from dsh.demo import scenario
 from dsh.demo.scenario import CatalogView, DemoResult, run_demo
 from dsh.subagent.rows import SubagentChildRow, SubagentDiagnosticRow
+from tests.unprivileged import require_permission_checks, run_dsh
 
 runner = CliRunner()
 
@@ -101,6 +105,21 @@ def test_settlement_notices_become_turns_answered_noted(walked: tuple[DemoResult
         first = f"  | Subagent {child} finished and will do no further work unless it is sent more."
         at = recorder.lines.index(first)
         assert recorder.lines[at + 1 : at + 4] == ["  | Its closing message:", f"  | {closing}", "P says: NOTED"]
+
+
+def test_the_follow_up_answer_reaches_the_parent_when_the_last_gate_opens(
+    walked: tuple[DemoResult, _Recorder],
+) -> None:
+    """Closing, Draft outline answers the follow-up OUTLINE_V2_OK; that notice is P's next turn, answered NOTED."""
+    result, recorder = walked
+    first = (
+        f"  | Subagent {result.children['Draft outline']} finished and will do no further work unless it is sent more."
+    )
+    notices = [at for at, line in enumerate(recorder.lines) if line == first]
+    assert len(notices) == 2
+    second = notices[1]
+    assert recorder.lines[second + 1 : second + 4] == ["  | Its closing message:", "  | OUTLINE_V2_OK", "P says: NOTED"]
+    assert recorder.lines[second + 4] == "R1 closed: every log flushed, the projection cache written"
 
 
 def test_the_live_catalog_shows_the_running_child_at_zero_reads(walked: tuple[DemoResult, _Recorder]) -> None:
@@ -231,6 +250,38 @@ def test_a_given_home_survives_and_the_hint_puts_global_options_first(tmp_path: 
     assert [row["kind"] for row in json.loads(follow.stdout)] == ["child", "diagnostic", "child"]
 
 
+def _dsh(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real `dsh` entry point in a fresh interpreter, without any `DSH_*` setting or model key."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("DSH_") and key not in {"DEEPSEEK_API_KEY", "OPENAI_API_KEY"}
+    }
+    command = [sys.executable, "-c", "from dsh.cli.main import main; main()", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.slow
+def test_every_hint_of_the_real_entry_point_is_a_command_that_works(tmp_path: Path) -> None:
+    """`dsh --home H demo` through the console entry point: each hinted command has `--home H` first and exits 0."""
+    home = tmp_path / "home"
+    done = _dsh(["--home", str(home), "demo", "--plain"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    hints = [line.strip() for line in lines[lines.index("look further:") + 1 :] if line.startswith("  dsh ")]
+    commands = []
+    for hint in hints:
+        words = shlex.split(hint)
+        assert words[:3] == ["dsh", "--home", str(home)], hint
+        commands.append(words[3])
+        # `serve` runs until Ctrl-C: its help proves the command and every hinted option parse.
+        follow = _dsh(words[1:] + (["--help"] if words[3] == "serve" else []), tmp_path)
+        assert follow.returncode == 0, f"{hint}: {follow.stderr}"
+        if "--json" in words:
+            assert [row["kind"] for row in json.loads(follow.stdout)] == ["child", "diagnostic", "child"]
+    assert sorted(set(commands)) == ["agents", "serve"]
+
+
 def test_keep_keeps_the_temporary_home_and_prints_the_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--keep` keeps the temporary home, says where it is, and shows the hint for it."""
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
@@ -291,18 +342,23 @@ def test_an_unwritable_home_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     assert "is not writable (Permission denied)" in line
 
 
-@pytest.mark.skipif(
-    os.name != "posix" or os.geteuid() == 0, reason="needs a non-root POSIX user (root writes anywhere)"
-)
+@pytest.mark.slow
 def test_a_read_only_folder_is_refused(tmp_path: Path) -> None:
-    """A real folder without write permission is one line and exit 4."""
+    """A real mode-555 folder (refused by the kernel, even to root) is one line and exit 4, and stays empty."""
+    require_permission_checks()
     home = tmp_path / "locked"
     home.mkdir(mode=0o555)
     try:
-        line = _one_line_exit_4(runner.invoke(app, ["demo", "--home", str(home), "--plain"]))
+        done = run_dsh("demo", "--home", str(home), "--plain")
+        left = list(home.iterdir())
     finally:
         home.chmod(0o755)
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert "Traceback" not in done.stderr
     assert "is not writable" in line
+    assert left == []
 
 
 def _broken_script(track: str, step: int) -> ScriptedModelClient:

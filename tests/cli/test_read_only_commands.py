@@ -1,4 +1,4 @@
-"""Read-only commands are reads: `dsh agents` and `dsh doctor` create and change nothing.
+"""Read-only commands are reads: `dsh agents`, `dsh sessions`, `dsh history` and `dsh doctor` change nothing.
 
 They open the home with `Runtime.open(config, read_only=True)` (docs/cli.md#read-only-commands): no
 folder, file or table appears (no `sessions/`, no `cache.sqlite3`, no SQLite database or its
@@ -110,6 +110,20 @@ def test_agents_and_doctor_leave_a_populated_home_unchanged(tmp_path: Path, url:
         assert tree_snapshot(tmp_path) == before, command
     listed = runner.invoke(app, [*globals_, "agents", "P", "--json"])
     assert [row["label"] for row in json.loads(listed.stdout)] == ["Collect sources"]
+
+
+def test_a_populated_home_without_its_cache_gets_no_new_cache(tmp_path: Path) -> None:
+    """With `cache.sqlite3` removed, every read-only command lists and reads without it and creates none."""
+    asyncio.run(_populate(Config(home=tmp_path)))
+    (tmp_path / "cache.sqlite3").unlink()
+    before = tree_snapshot(tmp_path)
+    for command in (["agents", "P"], ["agents", "P", "--json"], ["sessions"], ["history", "C1"], ["doctor"]):
+        result = runner.invoke(app, ["--home", str(tmp_path), *command])
+        assert result.exit_code == 0, (command, result.output)
+        assert tree_snapshot(tmp_path) == before, command
+    listed = runner.invoke(app, ["--home", str(tmp_path), "agents", "P", "--json"])
+    assert [row["label"] for row in json.loads(listed.stdout)] == ["Collect sources"]
+    assert not (tmp_path / "cache.sqlite3").exists()
 
 
 def test_an_unknown_parent_says_so_on_stderr(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 GUARD_S = 60.0
 """A hang guard for the server process and the recorded browser call, never a timing assertion."""
 
@@ -31,6 +33,7 @@ def _read_fifo(path: Path) -> str:
         os.close(fd)
 
 
+@pytest.mark.slow
 def test_open_hands_the_token_url_to_the_browser(tmp_path: Path) -> None:
     """`--open` runs `BROWSER` with `http://127.0.0.1:<port>/#token=<token>`; output never repeats a known token."""
     home = tmp_path / "home"

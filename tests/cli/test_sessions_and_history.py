@@ -277,6 +277,7 @@ def _run_with_pty_stderr(args: list[str]) -> tuple[int, str, str]:
     return child.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["doctor", "--json"], ["sessions", "--json"], ["history", "Q", "--json"]])
 def test_json_under_a_terminal_is_one_document_with_nothing_on_stderr(home: Path, command: list[str]) -> None:
     """With a terminal on stderr, `--json` writes exactly one JSON document to stdout and no progress anywhere."""

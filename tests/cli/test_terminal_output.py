@@ -11,9 +11,15 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
+import pty
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import typer.main
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -35,6 +41,8 @@ runner = CliRunner()
 HOSTILE_LABEL = "Read \x1b]8;;https://evil.example\x07this\x1b]8;;\x07 \x1b[2J[bold red]now[/] :smile: \u202eedoc"
 HOSTILE_ID = "kid\x1b[31m\x9b"
 UUID = "33333333-3333-4333-8333-333333333333"
+_GUARD_S = 60
+_SGR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 async def _hostile_home(home: Path) -> None:
@@ -89,6 +97,46 @@ def test_hostile_ids_and_labels_never_reach_the_terminal_raw(tmp_path: Path, mod
         flat = "".join(result.stdout.split())
         assert "kid\\x1b[31m\\x9b" in flat
         assert "[boldred]now[/]:smile:" in flat
+
+
+def _on_a_terminal(*args: str) -> tuple[int, str]:
+    """Run `dsh` (a real process) with stdout a pseudo-terminal 200 columns wide; its exit code and output."""
+    leader, follower = pty.openpty()
+    argv = [sys.executable, "-c", "from dsh.cli.main import main; main()", *args]
+    env = {**os.environ, "COLUMNS": "200", "TERM": "xterm-256color"}
+    for name in ("NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE"):
+        env.pop(name, None)
+    with subprocess.Popen(argv, stdout=follower, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=env) as child:
+        os.close(follower)
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal closes with the child (EIO on Linux)
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        child.wait(timeout=_GUARD_S)
+    os.close(leader)
+    return child.returncode, b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [[], ["--descendants"]])
+def test_a_real_terminal_gets_the_rich_table_with_hostile_text_escaped(tmp_path: Path, mode: list[str]) -> None:
+    """On a real terminal rich draws the table: rich's own colours only, the child's escapes and markup as text."""
+    asyncio.run(_hostile_home(tmp_path))
+    code, out = _on_a_terminal("--home", str(tmp_path), "agents", "P", *mode)
+    assert code == 0, out
+    assert _SGR.search(out), "expected a styled table from rich on a terminal"
+    unstyled = _SGR.sub("", out)
+    for raw in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert raw not in unstyled
+    flat = "".join(unstyled.split())
+    assert "kid\\x1b[31m\\x9b" in flat
+    assert "[boldred]now[/]:smile:" in flat
+    assert "\\x1b]8;;https://evil.example\\x07" in flat
 
 
 def test_error_lines_escape_what_they_quote(tmp_path: Path) -> None:
@@ -249,9 +297,12 @@ def test_forced_colour_off_a_terminal_still_renders_through_rich(tmp_path: Path)
 # ---------------------------------------------------------------- help
 
 
-@pytest.mark.parametrize("command", [[], ["agents"], ["doctor"], ["run"], ["demo"]])
+_COMMANDS = sorted(typer.main.get_group(app).commands)
+
+
+@pytest.mark.parametrize("command", [[], *([name] for name in _COMMANDS)])
 def test_help_shows_no_bool_placeholder(command: list[str]) -> None:
-    """Flags are listed without a `<bool>` value placeholder."""
+    """Flags of the root and of every command are listed without a `<bool>` value placeholder."""
     result = runner.invoke(app, [*command, "--help"])
     assert result.exit_code == 0, result.output
     assert "<bool>" not in result.stdout

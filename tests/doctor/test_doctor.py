@@ -5,6 +5,8 @@ A home with exactly one damaged log and one damaged header reports exactly those
 warnings (`orphan`, `upstream-header`, `torn-tail`) alone exit 0; a clean home exits 0. The files are
 unchanged afterwards (tree snapshots: bytes, modes, mtimes). `--json` is one JSON document, and the
 progress bar appears only on a terminal's stderr, never with `--json` (docs/cli.md#dsh-doctor).
+Permission damage (mode-000 logs and folders, an unwritable home) is checked in a child process that
+honours file modes even as root (`tests/unprivileged.py`); a FIFO in the cache's place never blocks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import zstandard
 from typer.testing import CliRunner
 
@@ -30,6 +33,7 @@ from dsh.subagent.descriptor import snapshot_descriptor
 from dsh.testing.jsonl_writer import JsonlLogWriter
 from dsh.testing.stored_logs import stored_header
 from tests.helpers import tree_snapshot
+from tests.unprivileged import require_permission_checks, run_dsh
 
 runner = CliRunner()
 _GUARD_S = 60
@@ -160,6 +164,74 @@ def test_unlisted_entries_are_unreadable_with_their_path(tmp_path: Path) -> None
     assert tree_snapshot(home) == before
 
 
+@pytest.mark.slow
+def test_a_mode_000_log_and_a_mode_000_folder_are_unreadable_problems(tmp_path: Path) -> None:
+    """Run where modes are enforced (even as root): a mode-000 log and a mode-000 session folder are two problems."""
+    require_permission_checks()
+    home = _home(tmp_path, children=3)
+    writer = JsonlLogWriter(home / "sessions")
+    log = Path(writer.path_of("C1"))
+    folder = Path(writer.path_of("C2")).parent
+    log.chmod(0)
+    folder.chmod(0)
+    try:
+        before = tree_snapshot(home)
+        done = run_dsh("--home", str(home), "doctor", "--json")
+        after = tree_snapshot(home)
+    finally:
+        folder.chmod(0o700)
+    assert done.returncode == 7, done.stderr
+    report = json.loads(done.stdout)
+    assert _problems(report) == [("unreadable", "fail", "C1"), ("unreadable", "fail", "C2")]
+    assert {p["sessionId"]: p["path"] for p in report["problems"]} == {"C1": str(log), "C2": str(folder)}
+    assert all("Permission denied" in p["reason"] for p in report["problems"])
+    assert after == before
+
+
+@pytest.mark.slow
+def test_an_unwritable_home_is_read_with_warnings_only(tmp_path: Path) -> None:
+    """Where modes are enforced (even as root) a mode-500 home is read: `home` and `cache` warn, exit 0."""
+    require_permission_checks()
+    home = _home(tmp_path, children=2)
+    home.chmod(0o500)
+    try:
+        before = tree_snapshot(home)
+        done = run_dsh("--home", str(home), "doctor", "--json")
+        listed = run_dsh("--home", str(home), "agents", "P", "--json")
+        after = tree_snapshot(home)
+    finally:
+        home.chmod(0o700)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    checks = {check["name"]: check for check in report["checks"]}
+    assert (checks["home"]["status"], checks["cache"]["status"], checks["store"]["status"]) == ("warn", "warn", "ok")
+    assert "not writable" in checks["home"]["detail"]
+    assert "cache.sqlite3-shm" in checks["cache"]["detail"]
+    assert (report["status"], report["sessions"], report["problems"]) == ("warn", 3, [])
+    assert listed.returncode == 0, listed.stderr
+    assert [row["id"] for row in json.loads(listed.stdout)] == ["C0", "C1"]
+    assert listed.stderr == ""
+    assert after == before
+
+
+@pytest.mark.slow
+def test_a_fifo_in_place_of_the_cache_fails_its_check_without_blocking(tmp_path: Path) -> None:
+    """A FIFO named `cache.sqlite3`: doctor (a real process) is never blocked opening it and fails the cache check."""
+    home = _home(tmp_path)
+    cache = home / "cache.sqlite3"
+    cache.unlink()
+    os.mkfifo(cache)
+    before = tree_snapshot(home)
+    argv = [sys.executable, "-c", "from dsh.cli.main import main; main()", "--home", str(home), "doctor", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=_GUARD_S, check=False)
+    assert done.returncode == 7, done.stderr
+    checks = {check["name"]: check for check in json.loads(done.stdout)["checks"]}
+    assert checks["cache"]["status"] == "fail"
+    assert "is not a regular file" in checks["cache"]["detail"]
+    assert checks["store"]["status"] == "ok"
+    assert tree_snapshot(home) == before
+
+
 def test_warnings_alone_exit_0(tmp_path: Path) -> None:
     """An orphan, a Windows `cwd` header and a torn tail are warnings: listed, status warn, exit 0."""
     home = _home(tmp_path)
@@ -256,6 +328,7 @@ def _run_with_pty_stderr(args: list[str]) -> tuple[int, str, str]:
     return child.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_json_under_a_terminal_is_one_document_and_shows_no_progress(tmp_path: Path) -> None:
     """`dsh doctor --json` with a terminal on stderr: stdout parses as one JSON document, stderr stays empty."""
     home = _home(tmp_path, broken_child=True, children=3)
@@ -265,6 +338,7 @@ def test_json_under_a_terminal_is_one_document_and_shows_no_progress(tmp_path: P
     assert err == ""
 
 
+@pytest.mark.slow
 def test_the_text_report_under_a_terminal_shows_progress_on_stderr_only(tmp_path: Path) -> None:
     """Without `--json`, a terminal on stderr gets the progress bar; stdout carries only the report."""
     home = _home(tmp_path, children=3)

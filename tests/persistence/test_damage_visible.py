@@ -5,12 +5,15 @@ that is unreadable, a directory, a dangling symlink, a symlink to something that
 FIFO, a renamed or moved session folder, an unreadable session or project folder — each lands in
 `damaged` (with the id its folder names) while every other session lists. A FIFO is never opened,
 so nothing blocks. A header only the TypeScript harness accepts (a Windows `cwd`) lists and reads.
+Mode-000 logs and folders are listed by a child process that honours file modes even when the suite
+runs as root (`tests/unprivileged.py`), so the kernel's refusal is real.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import threading
@@ -28,8 +31,21 @@ from dsh.session.header import StoredHeaderError
 from dsh.testing.stored_logs import stored_header
 from tests.helpers import tree_snapshot
 from tests.persistence.helpers import closed_records, make_backend, make_writer, running
+from tests.unprivileged import require_permission_checks, run_python
 
-ROOT_IS_SUPERUSER = os.name == "posix" and os.geteuid() == 0
+_LISTING_CHILD = """
+import asyncio, json, sys
+from pathlib import Path
+from tests.persistence.helpers import make_backend, running
+
+async def main() -> None:
+    async with running(make_backend(Path(sys.argv[1]), sys.argv[2])) as (coordinator, _):
+        listing = await coordinator.list()
+    damaged = [[item.session_id, item.code, item.location] for item in listing.damaged]
+    print(json.dumps({"ids": [row.header.id for row in listing.rows], "damaged": damaged}))
+
+asyncio.run(main())
+"""
 
 
 async def _home(tmp_path: Path, compression: str, *ids: str) -> tuple[Path, Any]:
@@ -44,6 +60,14 @@ async def _listing(root: Path, compression: str, **backend: Any) -> tuple[list[s
     async with running(make_backend(root, compression, **backend)) as (coordinator, _):
         listing = await coordinator.list()
     return [row.header.id for row in listing.rows], listing.damaged
+
+
+def _listing_honouring_modes(root: Path, compression: str) -> tuple[list[str], list[list[str]]]:
+    """The JSONL listing run in a child that honours file modes: (row ids, [id, code, location] per damaged)."""
+    done = run_python(_LISTING_CHILD, str(root), compression)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    return report["ids"], report["damaged"]
 
 
 @contextlib.contextmanager
@@ -148,18 +172,18 @@ async def test_an_unreadable_log_is_reported_and_the_rest_lists(tmp_path: Path, 
     assert [(item.session_id, item.code, item.location) for item in damaged] == [("locked", "PERSISTENCE_IO", locked)]
 
 
-@pytest.mark.skipif(ROOT_IS_SUPERUSER, reason="needs a non-root POSIX user (root reads mode-000 files)")
+@pytest.mark.slow
 async def test_a_mode_000_log_is_reported(tmp_path: Path, compression: str) -> None:
-    """A log with mode 000 is a damaged entry, not a vanished session."""
+    """A log with mode 000 (refused by the kernel, even to root) is a damaged entry, not a vanished session."""
+    require_permission_checks()
     root, writer = await _home(tmp_path, compression, "good", "locked")
     path = Path(writer.path_of("locked"))
     path.chmod(0)
-    try:
-        ids, damaged = await _listing(root, compression)
-    finally:
-        path.chmod(0o600)
+    before = tree_snapshot(root)
+    ids, damaged = _listing_honouring_modes(root, compression)
     assert ids == ["good"]
-    assert [item.session_id for item in damaged] == ["locked"]
+    assert damaged == [["locked", "PERSISTENCE_IO", str(path)]]
+    assert tree_snapshot(root) == before
 
 
 # ---------------------------------------------------------------- folders
@@ -184,18 +208,22 @@ async def test_an_unreadable_session_folder_does_not_fail_the_listing(
     assert [(item.session_id, item.location, item.code) for item in damaged] == [("closed", folder, "PERSISTENCE_IO")]
 
 
-@pytest.mark.skipif(ROOT_IS_SUPERUSER, reason="needs a non-root POSIX user (root reads mode-000 folders)")
+@pytest.mark.slow
 async def test_a_mode_000_session_folder_does_not_fail_the_listing(tmp_path: Path, compression: str) -> None:
-    """A session folder with mode 000 is reported; the listing (and the backend's open) still succeed."""
+    """A session folder with mode 000 (refused even to root) is reported; the listing and the backend's open succeed."""
+    require_permission_checks()
     root, writer = await _home(tmp_path, compression, "good", "closed")
     folder = Path(writer.path_of("closed")).parent
     folder.chmod(0)
     try:
-        ids, damaged = await _listing(root, compression)
+        before = tree_snapshot(root)
+        ids, damaged = _listing_honouring_modes(root, compression)
+        after = tree_snapshot(root)
     finally:
         folder.chmod(0o700)
     assert ids == ["good"]
-    assert [item.session_id for item in damaged] == ["closed"]
+    assert damaged == [["closed", "PERSISTENCE_IO", str(folder)]]
+    assert after == before
 
 
 async def test_an_unreadable_project_folder_does_not_fail_the_listing(

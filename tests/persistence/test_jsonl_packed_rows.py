@@ -334,6 +334,19 @@ async def test_malformed_rows_are_corruption_with_their_line_number(
     assert ("seq gap" in caught.value.message) == (name == "seq gap after expansion")
 
 
+async def test_a_well_formed_row_whose_events_break_an_event_rule_is_corruption(
+    tmp_path: Path, compression: str
+) -> None:
+    """A row the expander accepts (`turn` 1.5 is a number) still yields events the chunk rule refuses: corrupt."""
+    root = tmp_path / "sessions"
+    records = [*_head(), _row(data={"turn": 1.5}), *_tail(6)]
+    await make_writer(root, compression).write("s1", stored_header("s1"), records)
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        with pytest.raises(SessionCorruptionError, match=r'"assistant/chunk" has invalid data') as caught:
+            await coordinator.inspect("s1")
+    assert caught.value.code == "SESSION_CORRUPT"
+
+
 async def test_a_malformed_row_at_the_end_of_a_raw_log_is_a_torn_tail(tmp_path: Path) -> None:
     """With no `turn/end` after it, a malformed row is a torn tail that `prepare` cuts away like any other."""
     root = tmp_path / "sessions"

@@ -255,6 +255,7 @@ _FOREIGN_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 async def test_a_session_another_process_creates_in_the_same_tick_as_the_index_write_is_found(
     tmp_path: Path, compression: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -297,6 +298,7 @@ async def test_a_session_another_process_creates_in_the_same_tick_as_the_index_w
     assert "other-process" not in (await _filtered(root, compression, {"P"}))[0]
 
 
+@pytest.mark.slow
 async def test_writers_in_two_processes_keep_one_index(tmp_path: Path, compression: str) -> None:
     """A session another dsh process materializes is in the index it updated, and found without a scan."""
     root = tmp_path / "sessions"

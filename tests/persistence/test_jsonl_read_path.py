@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import dsh.persistence.jsonl._format as jsonl_format
 import dsh.session.stored as stored_module
-from dsh._lazy_json import LazyFrozenDict
+from dsh._lazy_json import LazyFrozenDict, LazyFrozenList
 from dsh.json import FrozenDict, FrozenList
 from dsh.persistence._validation import validate_log
 from dsh.session.events import SessionEvent
@@ -145,6 +145,55 @@ async def test_a_chunk_too_deep_for_one_array_is_parsed_line_by_line(tmp_path: P
         value = value[0]
         depth += 1
     assert depth == 1022
+
+
+async def _touch_counting_per_event_views(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, records: list[dict[str, Any]]
+) -> tuple[list[SessionEvent], list[int]]:
+    """Store `records`, read them cold, touch every event; returns the events and the seqs frozen one by one."""
+    await make_writer(tmp_path, "zstd").write("s1", stored_header("s1"), records)
+    calls: list[int] = []
+    real_view_event = stored_module.view_event
+
+    def counting(record: dict[str, Any]) -> SessionEvent:
+        calls.append(record["seq"])
+        return real_view_event(record)
+
+    async with running(make_backend(tmp_path, "zstd")) as (coordinator, _store):
+        observation = await coordinator.inspect("s1")
+        monkeypatch.setattr(stored_module, "view_event", counting)
+        events = list(observation.events)
+    return events, calls
+
+
+async def test_a_chunk_of_certain_records_is_frozen_with_no_call_per_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Touching a log of plain events freezes no event through `view_event`, whatever each payload holds."""
+    records = _notes(600)
+    for index, payload in ((3, [1, {"k": [2]}]), (4, "text"), (5, 7), (6, None)):
+        records[index]["data"] = payload
+    events, calls = await _touch_counting_per_event_views(tmp_path, monkeypatch, records)
+    assert calls == []
+    assert events == records
+    assert [type(event.data) for event in events[2:7]] == [LazyFrozenDict, LazyFrozenList, str, int, type(None)]
+    for event in events:
+        assert type(event) is SessionEvent
+        _assert_frozen_all_the_way(event)
+
+
+async def test_a_chunk_holding_an_uncertain_record_is_frozen_event_by_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the chunk holding a record the scan was unsure of goes event by event; every event stays equal."""
+    records = _notes(600)
+    records[10] = {"type": "x/custom", "seq": 10, "time": 5, "data": {"n": [1]}, "ignorable": True}
+    events, calls = await _touch_counting_per_event_views(tmp_path, monkeypatch, records)
+    assert calls == list(range(512))  # the first chunk only
+    assert events == records
+    assert type(events[10].data) is FrozenDict  # an uncommon envelope is frozen whole
+    for event in events:
+        _assert_frozen_all_the_way(event)
 
 
 def test_validation_takes_the_lines_over(tmp_path: Path) -> None:

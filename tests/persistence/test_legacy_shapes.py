@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+import zstandard
 
 from dsh.persistence._legacy_shapes import (
     LegacyShapeError,
@@ -26,6 +27,7 @@ from dsh.persistence._legacy_shapes import (
 )
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
+from dsh.testing.jsonl_writer import frame_spans
 from dsh.testing.stored_logs import MemoryStoredLogWriter, stored_header
 from dsh.testing.upstream_logs import UpstreamLogBuilder
 from tests.helpers import tree_snapshot
@@ -253,6 +255,55 @@ async def test_reading_and_resuming_never_rewrite_the_stored_shapes(tmp_path: Pa
     assert b"steering/message" in data
     async with running(make_backend(root, "none")) as (coordinator, _):
         assert plain((await coordinator.inspect(legacy.session_id)).events) == legacy.expected + appended
+
+
+def _plaintext(path: str) -> bytes:
+    data = Path(path).read_bytes()
+    if path.endswith(".zstd"):
+        data = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True).read()
+    return data
+
+
+@pytest.mark.parametrize(("compression", "torn"), [("none", False), ("zstd", False), ("zstd", True)])
+async def test_crash_repair_of_a_migrated_log_appends_current_closers_and_keeps_older_lines(
+    tmp_path: Path, compression: str, torn: bool
+) -> None:
+    """A crashed legacy log (torn final frame or not) gets current-shape closers; its older lines stay as stored."""
+    log = upstream_session(legacy=True, open_turn=True, turns=1)
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    await writer.write(log.session_id, stored_header(log.session_id), log.stored, batches=log.batches, pack_chunks=True)
+    path = writer.path_of(log.session_id)
+    before = _plaintext(path)
+    if torn:
+        # The final frame holds the flat steering message; tear it after a fragment of one more line.
+        data = Path(path).read_bytes()
+        start, end = frame_spans(data)[-1]
+        last = zstandard.ZstdDecompressor().decompress(data[start:end])
+        assert b'"steering/message"' in last
+        frame = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(last + b'{"type":"step/e')
+        Path(path).write_bytes(data[:start] + frame[:-3])
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        observation = await coordinator.inspect(log.session_id)
+        assert plain(observation.events[: len(log.expected)]) == log.expected
+        closers = plain(observation.events[len(log.expected) :])
+        assert [(event["type"], event["data"]) for event in closers] == [
+            ("step/end", {"turn": 1, "step": 2}),
+            ("turn/end", {"turn": 1, "reason": {"kind": "interrupted"}}),
+        ]
+        async with await coordinator.prepare(log.session_id):
+            pass
+    after = _plaintext(path)
+    if not torn:
+        assert after.startswith(before)
+    lines = [orjson.loads(line) for line in after.rstrip(b"\n").split(b"\n")[1:]]
+    assert [line["type"] for line in lines].count("steering/message") == 1  # never rewritten as a user message
+    assert not any("legacy-message:" in orjson.dumps(line).decode() for line in lines)
+    assert lines[-2:] == closers
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        again = await coordinator.inspect(log.session_id)
+    assert plain(again.events) == log.expected + closers
+    assert again.synthetic_tail == 0
 
 
 @pytest.mark.parametrize(

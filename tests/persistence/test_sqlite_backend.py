@@ -125,6 +125,7 @@ _JSON = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(25), deadline=None)
 @given(payload=st.dictionaries(st.text(), _JSON, max_size=5))
 def test_any_json_payload_round_trips_byte_identically(payload: dict[str, Any]) -> None:

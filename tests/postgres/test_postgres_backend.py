@@ -221,6 +221,7 @@ async def test_connections_carry_the_statement_timeout(pg_schemas: ThrowawaySche
         assert await backend.run(settings, "show settings") == ["1234ms", "1234ms"]
 
 
+@pytest.mark.slow
 def test_importing_the_backend_package_does_not_load_the_driver() -> None:
     """`import dsh.persistence.postgres` and the runtime leave psycopg unloaded until a backend is built."""
     code = (

@@ -109,6 +109,7 @@ async def test_fenced_late_append_is_refused_and_writes_nothing(
     assert await a.backend.read_revision("s") == revision
 
 
+@pytest.mark.slow
 async def test_heartbeat_keeps_an_idle_lease_alive_past_three_ttls(
     pg_schemas: ThrowawaySchemas, hosts: list[Host]
 ) -> None:

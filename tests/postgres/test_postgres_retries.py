@@ -78,6 +78,7 @@ async def test_later_batch_acknowledgement_lost_after_commit_is_recognised(
     assert encoded(stored.events) == encoded(session.events)
 
 
+@pytest.mark.slow
 async def test_connections_killed_between_appends_are_replaced(pg_schemas: ThrowawaySchemas, host: Host) -> None:
     """Terminating every pooled connection before each flush costs retries, never an event."""
     session = host.store.create("s")
@@ -110,6 +111,7 @@ async def test_connection_killed_inside_an_append_transaction_is_retried(
     assert await stored_seqs(pg_schemas.url, _schema(host), "s") == list(range(12))
 
 
+@pytest.mark.slow
 async def test_mixed_connection_losses_lose_no_acknowledged_event(pg_schemas: ThrowawaySchemas, host: Host) -> None:
     """Kills between appends, inside transactions and after COMMIT, over many flushes: every acknowledged event once."""
     sessions = [host.store.create(f"s{index}") for index in range(3)]
@@ -161,6 +163,7 @@ async def test_a_statement_timeout_is_not_retried(pg_schemas: ThrowawaySchemas) 
         await opened.close()
 
 
+@pytest.mark.slow
 async def test_concurrent_flushes_under_a_connection_killer_store_every_acknowledged_event_once(
     pg_schemas: ThrowawaySchemas, host: Host
 ) -> None:

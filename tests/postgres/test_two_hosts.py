@@ -32,6 +32,8 @@ from tests.postgres.hosts import (
     write_family,
 )
 
+pytestmark = pytest.mark.slow  # each test runs two host processes: `make test` only
+
 SHORT_LEASE = {"ttl_s": 1.5, "renew_s": 0.3}
 """Lease settings of a host the test lets expire: short enough to wait for, renewed well within it."""
 
@@ -95,7 +97,6 @@ async def test_second_host_is_refused_the_session_and_events_never_interleave(
         await b.quit()
 
 
-@pytest.mark.slow
 async def test_lease_of_a_sigkilled_host_is_taken_over_after_expiry(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
@@ -132,7 +133,6 @@ async def test_lease_of_a_sigkilled_host_is_taken_over_after_expiry(
         await b.quit()
 
 
-@pytest.mark.slow
 async def test_holder_resumed_after_sigstop_past_its_lease_is_fenced_and_writes_nothing(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from dsh.config import Config
 from dsh.errors import ConfigError
+from dsh.persistence.errors import StoreMisconfiguredError
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.persistence.memory import MemoryBackend
 from dsh.persistence.sqlite import SqliteBackend
@@ -82,3 +83,17 @@ async def test_a_foreign_cache_file_leaves_the_runtime_without_a_cache(tmp_path:
     async with Runtime.open(Config(home=tmp_path)) as rt:
         assert rt.cache is None
         assert await rt.subagents.list_children("nobody") == []
+
+
+async def test_a_writing_open_creates_a_missing_home_and_refuses_a_file_as_home(tmp_path: Path) -> None:
+    """A writing open makes a missing home (0700); a home that is a file is one `STORE_MISCONFIGURED` at open."""
+    home = tmp_path / "deep" / "home"
+    async with Runtime.open(Config(home=home)):
+        assert home.is_dir()
+        assert home.stat().st_mode & 0o777 == 0o700
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("x")
+    with pytest.raises(StoreMisconfiguredError, match="is not a directory"):
+        async with Runtime.open(Config(home=not_a_folder)):
+            pass
+    assert not_a_folder.read_text() == "x"

@@ -34,6 +34,7 @@ def test_a_tool_named_like_a_default_tool_is_refused_at_open() -> None:
     assert caught.value.code == "DUPLICATE_TOOL"
 
 
+@pytest.mark.slow
 def test_opening_a_runtime_without_agents_loads_no_tool_module() -> None:
     """A runtime that is only opened never imports the tools (their pydantic argument models)."""
     code = (

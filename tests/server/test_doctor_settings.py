@@ -7,6 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from typer.testing import CliRunner
+
+from dsh.cli.main import app
 from dsh.config import Config
 from dsh.doctor import run_doctor
 from dsh.server.security import load_token
@@ -67,3 +71,23 @@ async def test_online_asks_the_endpoint_for_its_models(tmp_path: Path, openai_se
     assert status == "fail"
     assert detail.startswith("GET /models failed: ")
     assert SECRET_KEY not in detail
+
+
+def test_dsh_doctor_online_flag_reaches_the_endpoint_and_prints_no_key(
+    tmp_path: Path, openai_server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dsh doctor --json --online` reports the `GET /models` check; the key is sent, never printed."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DSH_MODEL_API_KEY", SECRET_KEY)
+    monkeypatch.setenv("DSH_MODEL_BASE_URL", openai_server.base_url)
+    result = CliRunner().invoke(app, ["--home", str(home), "doctor", "--json", "--online"])
+    checks = {check["name"]: check for check in json.loads(result.stdout)["checks"]}
+    assert checks["model-online"]["status"] == "ok", result.stdout
+    assert [(request.method, request.path) for request in openai_server.requests] == [("GET", "/v1/models")]
+    assert openai_server.requests[0].headers["authorization"] == f"Bearer {SECRET_KEY}"
+    assert SECRET_KEY not in result.stdout
+    assert SECRET_KEY not in result.stderr
+    offline = CliRunner().invoke(app, ["--home", str(home), "doctor", "--json"])
+    assert "model-online" not in {check["name"] for check in json.loads(offline.stdout)["checks"]}
+    assert len(openai_server.requests) == 1

@@ -27,6 +27,7 @@ def _raising(error: BaseException) -> Callable[..., Any]:
     return fail
 
 
+@pytest.mark.slow
 async def test_every_wire_code_answers_the_status_of_the_table(served: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each wire code but `cancelled` (whose client is gone; see the disconnect test) is triggered and checked."""
     rt = served.rt

@@ -1,4 +1,5 @@
-"""A schemathesis run against `/openapi.json`: no undocumented status, no 500, no response off its schema.
+"""A schemathesis run against `/openapi.json`: no undocumented status, no 500, no response off its schema,
+a 2xx from every operation; and a sweep of generated requests without the token, all 401 but health.
 
 The server runs on its own loop in a background thread (schemathesis calls block), over a seeded home:
 a live parent with a continuable, a one-shot and a diagnostic child. Each operation but the stream
@@ -28,6 +29,8 @@ from schemathesis.specs.openapi.checks import (
 from tests.server.helpers import Api, Family, ThreadedServer, seed_family
 
 EXAMPLES_PER_OPERATION = 40
+SWEEP_EXAMPLES = 10
+WRONG_TOKEN = "x" * 43
 SEED = 20261201
 CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance, response_headers_conformance]
 
@@ -75,5 +78,41 @@ def test_schemathesis_finds_no_undocumented_status_no_500_and_no_schema_violatio
                 operation.as_strategy(GenerationMode.NEGATIVE),
             )
             _exercise(strategy, operation.label, live.base_url, auth, statuses[operation.label])()
+    assert set(statuses) == {operation.label for operation in operations}
     missing = sorted(label for label, seen in statuses.items() if not any(200 <= status < 300 for status in seen))
     assert missing == [], dict(statuses)
+
+
+def _sweep(strategy: st.SearchStrategy[Any], label: str, base_url: str, answered: collections.Counter[str]) -> Any:
+    @seed(SEED)
+    @settings(max_examples=SWEEP_EXAMPLES, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def sweep(case: Any) -> None:
+        # The generated case may carry a random bearer header of its own: drop it, then send none or a wrong one.
+        case.headers = {name: value for name, value in (case.headers or {}).items() if name.lower() != "authorization"}
+        for auth in ({}, {"Authorization": f"Bearer {WRONG_TOKEN}"}):
+            response = case.call(base_url=base_url, headers=auth, timeout=30)
+            assert response.request.headers.get("Authorization") == auth.get("Authorization"), label
+            if label == "GET /api/v1/health":
+                assert response.status_code == 200, response.text
+            else:
+                assert response.status_code == 401, f"{label}: {response.status_code} {response.text}"
+                assert response.json()["error"]["code"] == "unauthenticated"
+                assert response.headers["www-authenticate"] == ["Bearer"]
+            case.validate_response(response, checks=CHECKS)
+            answered[label] += 1
+
+    return sweep
+
+
+@pytest.mark.slow
+def test_schemathesis_requests_without_the_token_are_401_on_every_route_but_health(tmp_path: Path) -> None:
+    """Generated requests to every `/api/v1` operation, the stream included, with no token or a wrong one: 401."""
+    answered: collections.Counter[str] = collections.Counter()
+    with ThreadedServer(tmp_path / "home", _seed) as live:
+        raw = httpx.get(f"{live.base_url}/openapi.json", timeout=30).json()
+        operations = [result.ok() for result in schemathesis.openapi.from_dict(raw).get_all_operations()]
+        assert len(operations) == 13
+        for operation in operations:
+            _sweep(operation.as_strategy(GenerationMode.POSITIVE), operation.label, live.base_url, answered)()
+    assert set(answered) == {operation.label for operation in operations}

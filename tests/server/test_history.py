@@ -12,6 +12,8 @@ from dsh.projection import ClientView, ProjectionUnit
 from dsh.session.session import Session
 from tests.server.helpers import Api, api, assert_error, continuable_child, stored_session
 
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
+
 
 class _Passthrough:
     def validate_python(self, value: object, /) -> object:

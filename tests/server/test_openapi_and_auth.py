@@ -13,6 +13,8 @@ import pytest
 from tests.server.helpers import Api, assert_error
 from tests.tools.helpers import GOLDEN, assert_golden
 
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
+
 _PARAMS = {"id": "some-session", "pid": "some-parent", "cid": "some-child"}
 
 

@@ -15,10 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dsh.config import Config
+from dsh.config import Config, ServerConfig
 from dsh.errors import ConfigError
 from dsh.runtime import Runtime
 from dsh.server.security import HostCheck, bearer_matches, check_bind, is_loopback, load_token
+from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply
 
 GUARD_S = 60.0
 """A hang guard for the server process, never a timing assertion."""
@@ -62,7 +63,11 @@ def test_an_unsafe_or_strange_token_file_stops_the_start(tmp_path: Path) -> None
 
 
 def test_bind_and_host_rules() -> None:
-    """Loopback binds need nothing; others need `allow_remote`; wildcard binds skip the Host check."""
+    """The default bind is 127.0.0.1:8765; loopback binds need nothing; others need `allow_remote`;
+    wildcard binds skip the Host check."""
+    defaults = ServerConfig()
+    assert (defaults.host, defaults.port) == ("127.0.0.1", 8765)
+    assert is_loopback(defaults.host)
     for host in ("127.0.0.1", "127.1.2.3", "::1", "localhost", "[::1]"):
         assert is_loopback(host)
         assert check_bind(host, allow_remote=False) is False
@@ -91,11 +96,16 @@ def _script(path: Path) -> Path:
     return path
 
 
-def _dsh(home: Path, *args: str) -> subprocess.Popen[bytes]:
+def _dsh(
+    home: Path, *args: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`dsh [options] --home HOME serve --port 0 ARGS` with no `DSH_*`/`DEEPSEEK_*` variable but those of `env`."""
     entry = "from dsh.cli.main import main; main()"
-    command = [sys.executable, "-c", entry, "--home", str(home), "serve", "--port", "0"]
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("DSH_", "DEEPSEEK_"))}
-    return subprocess.Popen([*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=0)
+    command = [sys.executable, "-c", entry, *options, "--home", str(home), "serve", "--port", "0"]
+    clean = {key: value for key, value in os.environ.items() if not key.startswith(("DSH_", "DEEPSEEK_"))}
+    return subprocess.Popen(
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**clean, **(env or {})}, bufsize=0
+    )
 
 
 _pending: dict[int, bytes] = {}
@@ -117,12 +127,19 @@ def _line(process: subprocess.Popen[bytes]) -> str:
 
 
 def _stop(process: subprocess.Popen[bytes]) -> tuple[int, str]:
+    code, _, stderr = _stop_all(process)
+    return code, stderr
+
+
+def _stop_all(process: subprocess.Popen[bytes]) -> tuple[int, str, str]:
+    """SIGINT, then the exit code, the rest of stdout (after the lines already read) and stderr."""
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=GUARD_S)
-    _pending.pop(process.pid, None)
-    return process.returncode, stderr.decode()
+    stdout, stderr = process.communicate(timeout=GUARD_S)
+    rest = _pending.pop(process.pid, b"") + stdout
+    return process.returncode, rest.decode(), stderr.decode()
 
 
+@pytest.mark.slow
 def test_dsh_serve_prints_the_token_once_and_shuts_down_gracefully(tmp_path: Path) -> None:
     """First start prints the URL with `#token=`; Ctrl-C exits 130 and an open turn ends `aborted` (disposed);
     the next start prints the URL without the token and says where the file is."""
@@ -175,6 +192,7 @@ def test_dsh_serve_prints_the_token_once_and_shuts_down_gracefully(tmp_path: Pat
     assert code == 130
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "prepare", "message"),
     [
@@ -196,6 +214,7 @@ def test_dsh_serve_refuses_to_start_with_exit_4(
     assert stdout == b""
 
 
+@pytest.mark.slow
 def test_dsh_serve_with_allow_remote_warns(tmp_path: Path) -> None:
     """`--host 0.0.0.0 --allow-remote` starts, with a warning on stderr."""
     process = _dsh(tmp_path / "home", "--host", "0.0.0.0", "--allow-remote")
@@ -205,3 +224,65 @@ def test_dsh_serve_with_allow_remote_warns(tmp_path: Path) -> None:
         code, stderr = _stop(process)
     assert code == 130
     assert "warning: listening on 0.0.0.0" in stderr
+
+
+@pytest.mark.slow
+def test_dsh_serve_rotate_token_prints_a_new_token_once_and_retires_the_old_one(tmp_path: Path) -> None:
+    """`--rotate-token` replaces the 0600 token file, prints the new token in the URL, and the old one is 401."""
+    home = tmp_path / "home"
+    old = load_token(home).value
+    process = _dsh(home, "--rotate-token")
+    try:
+        url = _line(process)
+        base, _, token = url.partition("/#token=")
+        assert token
+        assert token != old
+        assert token == (home / "serve-token").read_text().strip()
+        assert stat.S_IMODE((home / "serve-token").stat().st_mode) == 0o600
+        assert "kept in" in _line(process)
+        with httpx.Client(base_url=base, timeout=GUARD_S) as http:
+            stale = http.get("/api/v1/sessions", headers={"Authorization": f"Bearer {old}"})
+            fresh = http.get("/api/v1/sessions", headers={"Authorization": f"Bearer {token}"})
+        assert stale.status_code == 401
+        assert stale.json()["error"]["code"] == "unauthenticated"
+        assert fresh.status_code == 200
+    finally:
+        code, rest, stderr = _stop_all(process)
+    assert code == 130, stderr
+    assert token not in rest
+    assert token not in stderr
+    assert old not in rest + stderr
+
+
+@pytest.mark.slow
+def test_dsh_serve_never_logs_the_model_key_even_verbose(tmp_path: Path, openai_server: FakeOpenAIServer) -> None:
+    """`dsh -v serve` with a model key: a real turn goes to the (fake) endpoint, and the key is in no output."""
+    key = "sk-serve-never-logged-5150"
+    openai_server.enqueue(FakeReply(text="HELLO FROM THE MODEL", chunks=3))
+    env = {"DSH_MODEL_API_KEY": key, "DSH_MODEL_BASE_URL": openai_server.base_url}
+    process = _dsh(tmp_path / "home", options=("-v",), env=env)
+    try:
+        base, _, token = _line(process).partition("/#token=")
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=GUARD_S) as http:
+            created = http.post("/api/v1/sessions", json={})
+            assert created.status_code == 201, created.text
+            session_id = created.json()["session"]["id"]
+            with http.stream("GET", "/api/v1/stream", params={"sessionId": session_id}) as stream:
+                prompt = {"content": [{"type": "text", "text": "hello"}]}
+                assert http.post(f"/api/v1/sessions/{session_id}/prompt", json=prompt).status_code == 202
+                for line in stream.iter_lines():
+                    frame = json.loads(line[6:]) if line.startswith("data: ") else {}
+                    if frame.get("type") == "turn/end":
+                        assert frame["summary"] == {"reason": {"kind": "completed"}}
+                        break
+            page = http.get(f"/api/v1/sessions/{session_id}/history").json()
+    finally:
+        code, rest, stderr = _stop_all(process)
+    assert code == 130, stderr
+    texts = [entry["event"]["data"] for entry in page["events"] if entry["event"]["type"] == "assistant/message"]
+    assert texts[-1]["message"]["content"] == [{"type": "text", "text": "HELLO FROM THE MODEL"}]
+    assert openai_server.requests[-1].headers["authorization"] == f"Bearer {key}"
+    assert "DEBUG" in stderr, "verbose logging was on"
+    assert key not in rest
+    assert key not in stderr
+    assert key not in json.dumps(page)

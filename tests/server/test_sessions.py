@@ -20,6 +20,8 @@ from tests.server.helpers import (
     stored_session,
 )
 
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
+
 
 async def _pages(served: Api, **params: object) -> list[list[dict[str, object]]]:
     pages = []

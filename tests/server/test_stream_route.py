@@ -11,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from dsh.runtime import Runtime
 from dsh.server.stream import RESET_LAST_EVENT_ID
 from tests.server.helpers import assert_error
 from tests.server.stream_helpers import HANG_GUARD_S, EventSource, Received, scripted, served_hub
+
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
 
 HELPER = "Helper"
 

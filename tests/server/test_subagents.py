@@ -24,6 +24,8 @@ from tests.server.helpers import (
     stored_session,
 )
 
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
+
 PROMPT = {"content": [{"type": "text", "text": "one more thing"}]}
 
 
@@ -151,6 +153,23 @@ async def test_history_rechecks_the_observed_parent(served: Api, monkeypatch: py
     response = await served.http.get("/api/v1/sessions/p/subagents/child/history")
     assert assert_error(response, 403, "subagent-unauthorized") == {"childSessionId": "child"}
     assert response.json()["error"]["message"] == "subagent parent changed during history read"
+
+
+async def test_a_child_that_vanishes_before_its_history_read_is_subagent_not_found(
+    served: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child the (stubbed) catalog still lists but that no longer exists is 404 `subagent-not-found`."""
+    await stored_session(served.rt, "p")
+    row = SubagentChildRow("ghost", "continuable", "inactive", False, label=CHILD_LABEL)
+
+    async def listed(parent_id: str, **kwargs: Any) -> list[Any]:
+        return [row]
+
+    monkeypatch.setattr(served.rt.subagents, "list_children", listed)
+    response = await served.http.get("/api/v1/sessions/p/subagents/ghost/history")
+    details = assert_error(response, 404, "subagent-not-found")
+    assert details == {"parentSessionId": "p", "childSessionId": "ghost"}
+    assert response.json()["error"]["message"] == "subagent disappeared during history read"
 
 
 async def test_prompting_a_child_of_an_offline_parent_reads_no_catalog(

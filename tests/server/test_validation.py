@@ -13,6 +13,8 @@ import pytest
 from dsh.query.service import SessionQuery
 from tests.server.helpers import HANG_GUARD_S, Api, HeldPersistence, assert_error, seed_family, stored_session
 
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
+
 PROMPT = {"content": [{"type": "text", "text": "hi"}]}
 MARKER = "ECHO-MARKER-93817"
 
@@ -80,6 +82,15 @@ MARKER = "ECHO-MARKER-93817"
         ("GET", "/api/v1/sessions/" + "x" * 129, {}, 400, "bad-request"),
         ("GET", "/api/v1/sessions/%ff", {}, 400, "bad-request"),
         ("GET", "/api/v1/stream?sessionId=a%00b", {}, 400, "bad-request"),
+        (
+            "POST",
+            "/api/v1/sessions/s/interrupt",
+            {"content": b"junk", "headers": {"content-type": "application/json"}},
+            400,
+            "bad-request",
+        ),
+        ("POST", "/api/v1/sessions/s/resume", {"json": {"force": True}}, 400, "bad-request"),
+        ("POST", "/api/v1/sessions/p/subagents/c/interrupt", {"json": {"cause": "x"}}, 400, "bad-request"),
     ],
 )
 async def test_bad_input_is_refused_in_the_error_body_shape(
@@ -87,6 +98,20 @@ async def test_bad_input_is_refused_in_the_error_body_shape(
 ) -> None:
     """Unknown fields, out-of-range numbers, malformed ids, wrong types and non-JSON bodies: 400/415, never 422."""
     assert_error(await served.http.request(method, path, **kwargs), status, code)
+
+
+@pytest.mark.parametrize("body", [None, b"null", b"{}"])
+async def test_routes_without_a_body_accept_none_null_or_an_empty_object(served: Api, body: bytes | None) -> None:
+    """Interrupts and `resumeSession` take no body: nothing, `null` or `{}` is accepted."""
+    await stored_session(served.rt, "s")
+    headers = {"content-type": "application/json"} if body is not None else {}
+    for path in (
+        "/api/v1/sessions/s/interrupt",
+        "/api/v1/sessions/p/subagents/c/interrupt",
+        "/api/v1/sessions/s/resume",
+    ):
+        response = await served.http.post(path, content=body, headers=headers)
+        assert response.status_code == 200, (path, response.text)
 
 
 async def test_validation_issues_name_the_rule_and_never_echo_the_input(served: Api) -> None:

@@ -63,6 +63,7 @@ __all__ = [
     "turn_end",
     "turn_start",
     "user_message",
+    "write_family_home",
 ]
 
 PARENT = "parent"
@@ -426,3 +427,29 @@ class PassthroughSchema:
 
     def validate_python(self, value: object, /) -> object:
         return value
+
+
+async def write_family_home(home: Path, children: Sequence[str]) -> None:
+    """A real home: a parent `P` with one settled, cold continuable child per id (label = the id)."""
+    from dsh.config import Config
+    from dsh.runtime import Runtime
+    from dsh.session.header import HeaderInit
+    from dsh.subagent.descriptor import snapshot_descriptor
+
+    async with Runtime.open(Config(home=home)) as rt:
+        parent = rt.sessions.create("P")
+        parent.append("turn/start", {"turn": 1})
+        parent.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        sessions = [parent]
+        for index, child_id in enumerate(children):
+            descriptor = snapshot_descriptor("continuable", provider="spawn", label=child_id)
+            child = rt.sessions.create(
+                child_id,
+                header=HeaderInit(parent_session="P", origin="subagent", delegation_depth=1, created_at=10 + index),
+                seed=[{"type": "subagent/descriptor", "seq": 0, "time": 1, "data": descriptor}],
+            )
+            child.append("turn/start", {"turn": 1})
+            child.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+            sessions.append(child)
+        for session in sessions:
+            await rt.sessions.flush(session)

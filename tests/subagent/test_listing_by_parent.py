@@ -230,6 +230,7 @@ async def _compare(stack: Stack) -> None:
         assert await stack.list_descendants(root) == await reference_descendants(stack, root), root
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(home=homes())
 def test_rows_equal_the_whole_corpus_enumeration(home: tuple[list[Spec], list[str]]) -> None:

@@ -7,6 +7,7 @@ before acceptance.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from dsh.abort import AbortController
+from dsh.agent.messages import RelaySource
 from dsh.services import Services
 from dsh.subagent.authority import AncestorAuthority
 from dsh.subagent.descriptor import ToolFilter
@@ -303,3 +305,86 @@ async def test_a_started_child_lists_as_running_at_once(tmp_path: Path) -> None:
         assert [(row.id, row.kind, getattr(row, "activity", None)) for row in rows] == [(child_id, "child", "running")]
         client.release("busy-gate")
         await settle(rt)
+
+
+async def test_an_abort_in_the_creation_window_rolls_everything_back(tmp_path: Path) -> None:
+    """An abort raised while the child is being published fails the start; only the parent remains, no end."""
+    async with ops_runtime(tmp_path, scripted({})) as rt:
+        parent = await rt.create_agent()
+        log = LifecycleLog(rt)
+        controller = AbortController()
+        reason = RuntimeError("caller left during creation")
+        published: list[str] = []
+
+        def abort_on_child(session: Any) -> None:
+            if session.header.origin == "subagent":
+                published.append(session.id)
+                controller.abort(reason)
+
+        stop = rt.sessions.on_created(abort_on_child)
+        with pytest.raises(RuntimeError) as caught:
+            await start_child(rt, parent, "never", signal=controller.signal)
+        stop()
+        assert caught.value is reason
+        assert len(published) == 1  # the abort really came inside the creation window
+        (child_id,) = published
+        assert [session.id for session in rt.sessions.list()] == [parent.id]
+        assert [agent.id for agent in rt.agents.list()] == [parent.id]
+        assert rt.subagents.activation(child_id) is None
+        assert log.of("subagent/end") == []
+        await settle(rt)
+        assert await rt.subagents.list_children(parent.id) == []
+
+
+async def test_a_failing_lifecycle_listener_is_logged_and_the_child_still_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listener raising on `subagent/start` and `subagent/end` is logged; the start succeeds, others hear both."""
+    client = scripted({"heard": [{"text": "HEARD"}]})
+    async with ops_runtime(tmp_path, client) as rt:
+        parent = await rt.create_agent()
+
+        def broken(event: Mapping[str, Any]) -> None:
+            raise RuntimeError(f"listener broke on {event['type']}")
+
+        rt.subagents.on_event(broken)
+        log = LifecycleLog(rt)
+        with caplog.at_level(logging.ERROR, logger="dsh.subagent"):
+            child_id = await start_child(rt, parent, "heard")
+            await settle(rt)
+        events = await stored_events(rt, child_id)
+    assert [event["type"] for event in log.events] == ["subagent/start", "subagent/end"]
+    assert log.ends_for(child_id)[0]["stopReason"] == "completed"
+    assert user_prompts(events) == ["task: heard"]
+    assert caplog.text.count("listener raised") == 2
+
+
+async def test_a_disposing_child_may_not_start_or_reach_children(tmp_path: Path) -> None:
+    """While a child's Activation is being disposed, starts and follow-ups on its behalf fail `ACTIVATION_CLOSING`."""
+    client = scripted({"middle": [{"text": "MIDDLE"}]})
+    codes: list[str] = []
+    async with ops_runtime(tmp_path, client) as rt:
+        parent = await rt.create_agent()
+        middle_id = await start_child(rt, parent, "middle")
+        middle = rt.agents.get(middle_id)
+        assert middle is not None
+
+        async def during_teardown(session: Any) -> None:
+            # The flush of the disposal runs after the Activation stopped being resident.
+            activation = rt.subagents.activation(middle_id)
+            if session.id != middle_id or activation is None or activation.resident:
+                return
+            for attempt in (
+                start_child(rt, middle, "too late"),
+                rt.subagents.followup(middle, "any-child", "late", source=RelaySource(middle.id)),
+            ):
+                try:
+                    await attempt
+                except SubagentError as error:
+                    codes.append(error.code)
+
+        rt.sessions.on_flush(during_teardown)
+        await settle(rt)
+        assert rt.subagents.activation(middle_id) is None
+        assert [session.id for session in rt.sessions.list()] == [parent.id]
+    assert codes == ["ACTIVATION_CLOSING", "ACTIVATION_CLOSING"]

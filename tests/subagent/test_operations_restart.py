@@ -19,6 +19,7 @@ import pytest
 from dsh.agent.ids import RandomIds, SequentialIds
 from dsh.agent.messages import RelaySource
 from dsh.subagent.errors import SubagentError
+from dsh.subagent.listing import ListingReport
 from dsh.subagent.providers import SubagentRequest
 from dsh.subagent.rows import SubagentChildRow
 from dsh.testing.stored_logs import StepClock
@@ -117,9 +118,13 @@ async def test_a_child_killed_mid_turn_lists_unchanged_and_resumes_repaired(tmp_
     before = _digest(path)
     client = scripted({"crash helper": [{"text": "RECOVERED"}]})
     # Fresh random ids: nothing this process mints may repeat an id the killed process wrote.
-    async with ops_runtime(tmp_path, client, ids=RandomIds(), clock=StepClock(start=2_000_000_000_000)) as rt:
-        rows = await rt.subagents.list_children(parent_id)
+    # Without the projection cache the listing must read the crashed log itself (one observation).
+    clock = StepClock(start=2_000_000_000_000)
+    async with ops_runtime(tmp_path, client, ids=RandomIds(), clock=clock, use_cache=False) as rt:
+        reports: list[ListingReport] = []
+        rows = await rt.subagents.list_children(parent_id, report=reports.append)
         assert rows == [SubagentChildRow(child_id, "continuable", "inactive", False, label="crash helper")]  # type: ignore[arg-type]
+        assert (reports[0].rungs, reports[0].observations) == ({child_id: 3}, 1)
         assert _digest(path) == before
         parent = await rt.resume_agent(parent_id)
         counter = ReadCounter(rt.persistence)

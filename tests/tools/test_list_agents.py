@@ -29,7 +29,9 @@ from tests.tools.helpers import (
     assert_golden,
     call_tool,
     registry_of,
+    result_text_of,
     result_texts,
+    scripted,
     tool_results,
 )
 
@@ -244,3 +246,57 @@ async def test_cancelling_the_call_aborts_a_held_listing(tmp_path: Path, monkeyp
     assert result.stop_reason == "aborted"
     assert result_texts(events) == ["Error: tool call was cancelled"]
     assert tool_results(events)[0]["message"]["content"][0]["isError"] is True
+
+
+async def test_descendants_of_real_children_show_an_idle_branch_and_its_running_leaf(tmp_path: Path) -> None:
+    """A child idle while its own child runs lists `[idle] parent=<caller> depth=1`, its child `[running]` depth=2."""
+    noted = [{"match": {"source": "subagent-settled"}, "text": "NOTED"}]
+    background = {"description": "waiting branch", "prompt": "Branch out.", "run_in_background": True}
+    nested = {"description": "nested leaf", "prompt": "Work for a while.", "run_in_background": True}
+    model = scripted(
+        {
+            "main": {
+                "steps": [
+                    {
+                        "match": {"lastUser": "Start a branch."},
+                        "toolCalls": [{"name": "agent", "arguments": background}],
+                    },
+                    {"text": "STARTED"},
+                    {
+                        "match": {"lastUser": "Who works for you?"},
+                        "toolCalls": [{"name": "list_agents", "arguments": {"scope": "descendants"}}],
+                    },
+                    {"text": "LISTED"},
+                ],
+                "on": noted,
+            },
+            "waiting branch": {
+                "steps": [{"toolCalls": [{"name": "agent", "arguments": nested}]}, {"text": "BRANCH_STARTED"}],
+                "on": noted,
+            },
+            "nested leaf": {"steps": [{"hold": "leaf", "text": "LEAF_DONE"}]},
+        }
+    )
+    async with open_runtime(tmp_path, model) as rt:
+        parent = await rt.create_agent()
+        await parent.turn_result(await parent.send("Start a branch."))
+        [started] = result_texts(list(parent.session.events))
+        branch_id = started.removeprefix("started subagent ")
+        branch = rt.agents.get(branch_id)
+        assert branch is not None
+        async with asyncio.timeout(HANG_GUARD_S):
+            await model.wait_held("leaf")
+            await branch.wait_idle()
+            [branch_started] = result_texts(list(branch.session.events))
+            leaf_id = branch_started.removeprefix("started subagent ")
+            result = await parent.turn_result(await parent.send("Who works for you?"))
+            model.release("leaf")
+            await rt.settle(HANG_GUARD_S)
+        [_, listed] = tool_results(list(parent.session.events))
+    assert result.output == "LISTED"
+    assert listed["message"]["content"][0]["isError"] is False
+    assert result_text_of(listed).split("\n") == [
+        f"{branch_id} [idle] parent={parent.id} depth=1 \u2014 waiting branch",
+        f"{leaf_id} [running] parent={branch_id} depth=2 \u2014 nested leaf",
+    ]
+    model.assert_consumed()

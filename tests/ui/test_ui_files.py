@@ -11,6 +11,8 @@ import pytest
 from dsh.server.routes.ui import CSP, asset_names
 from tests.server.helpers import Api, assert_error
 
+pytestmark = pytest.mark.slow  # each test starts a real HTTP server: `make test` only
+
 STATIC = Path(str(resources.files("dsh.server").joinpath("static")))
 
 

@@ -15,6 +15,8 @@ from dsh.testing.stored_logs import append_closed_turn
 from tests.server.helpers import continuable_child
 from tests.ui.helpers import HANG_GUARD_MS, DemoHome, Served, browser_session, playwright_api, serve_home, ui_script
 
+pytestmark = pytest.mark.slow  # each test drives a real browser: `make test` only
+
 if TYPE_CHECKING:
     from playwright.async_api import Locator, Page
 

@@ -368,7 +368,8 @@ class Agent:
     async def aclose(self, *, cause: CancelCause = "disposed", dispose_session: bool = False) -> None:
         """Stop admission, end an open turn as aborted (`cause`), drop unclaimed items, stop the worker.
 
-        Idempotent. The session stays live unless `dispose_session` (the runtime disposes every
+        Idempotent. A closed agent leaves the live agent registry (when it is the registered object
+        for its id). The session stays live unless `dispose_session` (the runtime disposes every
         session itself when it closes).
         """
         if self._closed:
@@ -383,6 +384,9 @@ class Agent:
             await asyncio.gather(worker, return_exceptions=True)
         self._closed = True
         self._idle.set()
+        agents = self._services.agents
+        if agents is not None:
+            agents.unregister(self)
         if dispose_session:
             self._sessions.dispose(self._session)
 

@@ -152,7 +152,11 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    home: Annotated[Path | None, typer.Option("--home", help="Home folder (overrides DSH_HOME).")] = None,
+    # `readable=False`: typer's default refuses an unreadable path as a usage error (exit 2) before
+    # any command runs; the commands report it themselves (docs/cli.md#read-only-commands).
+    home: Annotated[
+        Path | None, typer.Option("--home", readable=False, help="Home folder (overrides DSH_HOME).")
+    ] = None,
     database_url: Annotated[
         str | None,
         typer.Option("--database-url", help="sqlite:///<path>, postgresql://..., memory:, or unset for JSONL."),

@@ -128,7 +128,9 @@ def _demo_hint(home: Path, parent: str) -> list[str]:
 
 def demo(
     ctx: typer.Context,
-    home: Annotated[Path | None, typer.Option("--home", help="Empty or absent folder to use as the home.")] = None,
+    home: Annotated[
+        Path | None, typer.Option("--home", readable=False, help="Empty or absent folder to use as the home.")
+    ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the temporary home afterwards.")] = False,
     plain: Annotated[bool, typer.Option("--plain", help="Fixed-width output without colour.")] = False,
 ) -> None:

@@ -318,7 +318,7 @@ class _Walk:
                 self.client.release(_FOLLOW_UP_GATE)
                 await self.wait(self.ends.wait(self.result.children[OUTLINE]), "Draft outline to settle")
                 await self.wait(r1.settle(timeout=None), "R1 to settle")
-            self.say(f"{OUTLINE} answered and settled: notice to P, P says {_last_answer(parent)}")
+            self.report_notice(OUTLINE, parent)
         self.say("R1 closed: every log flushed, the projection cache written")
         await self.damage()
         self.phase(8, "Cold catalog (runtime R2, same home, nothing live)")
@@ -368,11 +368,7 @@ class _Walk:
                 self.client.release(_GATES[label])
                 await self.wait(self.ends.wait(child), f"{label} to settle")
                 await self.wait(parent.wait_idle(), "P to answer the notice")
-            notice = _last_notice(parent).splitlines()
-            self.say(f"{label} answered and settled; its notice became P's next turn:")
-            for line in notice:
-                self.say(f"  | {line}")
-            self.say(f"P says: {_last_answer(parent)}")
+            self.report_notice(label, parent)
         with self.reporter.busy("settling"):
             await self.wait(r1.settle(timeout=None), "R1 to settle")
 
@@ -425,6 +421,13 @@ class _Walk:
         self.say(f"P says: {final.output}")
         self.client.assert_consumed()
         self.say("every step of the script was used (assert_consumed)")
+
+    def report_notice(self, label: str, parent: Agent) -> None:
+        """The newest settlement notice in P's log, line by line, and P's answer to it."""
+        self.say(f"{label} answered and settled; its notice became P's next turn:")
+        for line in _last_notice(parent).splitlines():
+            self.say(f"  | {line}")
+        self.say(f"P says: {_last_answer(parent)}")
 
     def report_calls(self, agent: Agent) -> None:
         for call, result in _calls(agent, _latest_turn(agent)):

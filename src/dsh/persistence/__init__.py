@@ -3,18 +3,23 @@
 Layer: persistence (imports `dsh.session`, `dsh.abort`, `dsh.timer` and the base modules only).
 `PersistenceCoordinator` implements the `SessionPersistence` contract on top of one
 `StorageBackend`: `MemoryBackend` (the reference), `JsonlBackend` (the default: JSONL with zstd
-frames) or `SqliteBackend`. The public modules are the map (docs/architecture.md#layers):
+frames), `SqliteBackend` or `PostgresBackend` (several hosts; imported from
+`dsh.persistence.postgres`, never from here). The public modules are the map
+(docs/architecture.md#inside-the-persistence-package):
 
 * `base`: the contract (`SessionPersistence`, `StorageBackend`, `TypedReads`, `Capability`, the
   records backends return) — what a new backend implements;
 * `coordinator`: `PersistenceCoordinator` (its internals are the private `_writer`, `_cold_reads`,
-  `_state`, `_validation` and `_prepared` modules);
-* `memory`, `jsonl` and `sqlite`: the backends (`jsonl` and `sqlite` are packages with private
-  helpers; each `__init__` lists the small codec or schema surface fixture writers need);
+  `_state`, `_validation`, `_legacy_shapes` and `_prepared` modules);
+* `memory`, `jsonl`, `sqlite` and `postgres`: the backends (`jsonl`, `sqlite` and `postgres` are
+  packages with private helpers; each `__init__` lists the small codec or schema surface fixture
+  writers need);
+* `headers`: how every read path parses a stored header record;
 * `errors`: the persistence errors.
 
 `_locks` (the `flock` writer locks of the file stores) and `_faults` (the in-backend fault hook of
-`dsh.testing.IOFaultSeam`) are shared by the backends and private.
+`dsh.testing.IOFaultSeam`) are shared by the backends and private, as is `_workers` (the writer
+threads behind the JSONL backend's eager appends).
 """
 
 from typing import TYPE_CHECKING

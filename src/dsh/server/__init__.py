@@ -2,7 +2,8 @@
 
 Layer: server, an adapter above every service layer. It holds no business logic: routes call the
 runtime's services and translate their errors through one status table. Only `dsh serve`, this
-package and `dsh.testing.server` import fastapi and uvicorn; `import dsh` never does.
+package and `dsh.testing` (`server`, `fake_openai`) import fastapi and uvicorn; `import dsh`
+never does.
 
 Modules: `app` (`create_app`), `errors` (`WireError` and the code → status table), `models` (wire
 models), `security` (token file, bearer and Host checks, bind rules), `middleware` (body limit,

@@ -23,6 +23,7 @@ __all__ = [
     "Accepted",
     "CatalogEntry",
     "CreateSessionBody",
+    "EmptyBody",
     "ErrorBody",
     "Health",
     "HistoryPage",
@@ -90,6 +91,10 @@ class CreateSessionBody(_Request):
         Field(min_length=1, max_length=MAX_TEXT_CHARS),
         AfterValidator(lambda value: value if value is None else _no_lone_surrogate(value)),
     ] = None
+
+
+class EmptyBody(_Request):
+    """The body of a route that takes none (the interrupts, `resumeSession`): nothing, `null` or `{}`."""
 
 
 # ---------------------------------------------------------------- responses (documentation only)

@@ -6,11 +6,12 @@ corruption is reported at read time), but hands a record out as a `SessionEvent`
 looks at it. A file backend hands its records over as `LineRecords` — the validated JSON lines, their
 types and the fast validation verdicts taken while scanning — so an observation keeps bytes rather
 than dicts. The first touch of a chunk of events parses the whole chunk with one `orjson` call;
-each event's envelope is copied into a `SessionEvent` and its payload wrapped in a lazily frozen
-view (`dsh._lazy_json`), whose children are frozen as they are reached. Records from other
-backends are frozen whole (`adopt`). A fold that declares its event types can use `select` and never
-touches the events it ignores. Once frozen, an event is kept and its line is dropped, so every
-access returns the same immutable object (docs/architecture.md#read-path).
+each event's payload is wrapped in a lazily frozen view (`dsh._lazy_json`), whose children are
+frozen as they are reached, and its envelope is copied into a `SessionEvent` — with C-level `map`s
+and no Python call per event when the scan was certain of every record of the chunk. Records from
+other backends are frozen whole (`adopt`). A fold that declares its event types can use `select`
+and never touches the events it ignores. Once frozen, an event is kept and its line is dropped, so
+every access returns the same immutable object (docs/architecture.md#read-path).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import re
+from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from itertools import repeat
-from operator import is_
+from operator import is_, itemgetter, setitem
 from typing import Any, Final, overload
 
 import orjson
@@ -46,6 +48,9 @@ _CHUNK: Final = 512
 # number, so dates such as `2024-01-05` do not match. The search may say yes for text inside a
 # string; it never says no for such a number.
 _NEGATIVE_ZERO: Final = re.compile(rb"-(?:0(?![0-9]|\.[1-9])|[0-9]+(?:\.[0-9]+)?[eE]-)")
+
+_DATA: Final = itemgetter("data")
+_UNSURE: Final = 0
 
 
 @contextlib.contextmanager
@@ -87,6 +92,22 @@ def adopt_event(record: dict[str, Any]) -> SessionEvent:
     return adopt(record, root=SessionEvent)  # type: ignore[return-value]
 
 
+def _view(value: Any) -> Any:
+    """`value` wrapped in a lazily frozen view when it is a plain container, else `value` itself."""
+    cls = value.__class__
+    if cls is dict:
+        return LazyFrozenDict(value)
+    if cls is list:
+        return LazyFrozenList(value)
+    return value
+
+
+def _all_of(items: list[Any], cls: type) -> bool:
+    """Whether the class of every item is exactly `cls` (one C-level pass)."""
+    classes = set(map(type, items))
+    return not classes or (len(classes) == 1 and cls in classes)
+
+
 def view_event(record: dict[str, Any]) -> SessionEvent:
     """Hand out one validated, freshly parsed record with its payload frozen lazily.
 
@@ -99,14 +120,18 @@ def view_event(record: dict[str, Any]) -> SessionEvent:
     """
     size = len(record)
     if size == 4 or (size == 5 and record.get("surfaceOp") == "append"):
-        data = record["data"]
-        cls = data.__class__
-        if cls is dict:
-            record["data"] = LazyFrozenDict(data)
-        elif cls is list:
-            record["data"] = LazyFrozenList(data)
+        record["data"] = _view(record["data"])
         return SessionEvent(record)
     return adopt_event(record)
+
+
+def _view_events(records: list[dict[str, Any]]) -> map[SessionEvent]:
+    """`view_event` of every record, for records known to be plain events, with no Python call per
+    event while every payload is an object (C-level `map`s; the records are handed over)."""
+    payloads = list(map(_DATA, records))
+    views = map(LazyFrozenDict, payloads) if _all_of(payloads, dict) else map(_view, payloads)
+    deque(map(setitem, records, repeat("data"), views), maxlen=0)
+    return map(SessionEvent, records)
 
 
 def _line_event(line: bytes) -> SessionEvent:
@@ -173,15 +198,15 @@ class LineRecords(Sequence[dict[str, Any]]):
         picked = [i for i in range(start, len(self.lines)) if self.types[i] in wanted]
         return LineRecords([self.lines[i] for i in picked], [self.types[i] for i in picked])
 
-    def take(self) -> tuple[list[bytes], list[str]]:
-        """Hand the lines and types over, leaving this object empty.
+    def take(self) -> tuple[list[bytes], list[str], bytearray | None]:
+        """Hand the lines, types and verdicts over, leaving this object empty.
 
         A backend's result can outlive the read in a reference cycle (an executor future); once
         the lines are taken, it no longer keeps them alive.
         """
-        lines, types = self.lines, self.types
+        lines, types, verdicts = self.lines, self.types, self.verdicts
         self.lines, self.types, self.verdicts = [], [], None
-        return lines, types
+        return lines, types, verdicts
 
 
 class StoredEvents(Sequence[SessionEvent]):
@@ -194,15 +219,17 @@ class StoredEvents(Sequence[SessionEvent]):
         tail: Already-frozen events that follow the records (crash-repair closers).
     """
 
-    __slots__ = ("_events", "_n", "_records", "_types")
+    __slots__ = ("_events", "_n", "_records", "_types", "_verdicts")
 
     def __init__(self, records: Sequence[dict[str, Any]], tail: Sequence[SessionEvent] = ()) -> None:
         self._records: list[Any]
         self._types: list[str] | None
+        # The scan's fast verdicts (by position) when the records are the whole log from seq 0.
+        self._verdicts: bytearray | None = None
         if isinstance(records, LineRecords):
             # Keep the lines (bytes) rather than parsed dicts: far less memory, and parsed again
             # only for the events someone looks at.
-            self._records, self._types = records.take()
+            self._records, self._types, self._verdicts = records.take()
         else:
             self._records = list(records)
             self._types = None
@@ -242,9 +269,11 @@ class StoredEvents(Sequence[SessionEvent]):
         """Freeze the stored events of `[start, end)` that are not frozen yet.
 
         A chunk of lines nobody touched yet is parsed with one `orjson` call (the lines joined into
-        one array) and frozen by C-level `map`s. The collector is paused, and what the chunk keeps
-        goes to the oldest generation (`collector_paused(keep=True)`), so freezing a whole log
-        triggers no collection that would walk every event again.
+        one array). When the scan was certain of every record of the chunk (a nonzero fast verdict
+        implies the plain envelope) and no `-0.0` can hide in it, the chunk becomes events with no
+        Python call per event (`_view_events`); otherwise event by event. The collector is paused,
+        and what the chunk keeps goes to the oldest generation (`collector_paused(keep=True)`), so
+        freezing a whole log triggers no collection that would walk every event again.
         """
         events = self._events
         records = self._records
@@ -257,11 +286,14 @@ class StoredEvents(Sequence[SessionEvent]):
                 except orjson.JSONDecodeError:
                     parsed = []  # deeper than the parser's limit once nested in the array: line by line
                 if len(parsed) == len(lines):
+                    verdicts = self._verdicts
                     if may_hold_negative_zero(joined):
                         events[start:end] = [
                             adopt_event(record) if may_hold_negative_zero(line) else view_event(record)
                             for record, line in zip(parsed, lines, strict=True)
                         ]
+                    elif verdicts is not None and verdicts.find(_UNSURE, start, end) < 0:
+                        events[start:end] = _view_events(parsed)
                     else:
                         events[start:end] = map(view_event, parsed)
                     records[start:end] = repeat(None, end - start)

@@ -241,6 +241,9 @@ class ContinuationManager:
                 raise
             act = self._install(agent, parent=parent, provider=spec.provider)
             try:
+                # An abort raised in the creation window (by a listener of the child's publication or
+                # of `subagent/start`) still owns the operation: nothing has been accepted yet.
+                _throw_if_aborted(spec.signal)
                 message_id = await agent.send(spec.prompt, UserSource())
             except BaseException:
                 await self._rollback(act)
@@ -375,6 +378,7 @@ class ContinuationManager:
             raise
         act = self._install(agent, parent=parent, provider=descriptor.provider)
         try:
+            _throw_if_aborted(signal)  # an abort in the creation window still owns the operation
             message_id = await agent.send(content, source)
         except BaseException:
             await self._rollback(act)

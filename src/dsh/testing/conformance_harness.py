@@ -38,7 +38,7 @@ async def eventually(predicate: Callable[[], bool]) -> None:
 
     async def reached() -> None:
         # No event signals these conditions (a log record, a task outcome): yield until they hold.
-        while not predicate():  # noqa: ASYNC110
+        while not predicate():  # noqa: ASYNC110 - polled: nothing signals these conditions
             await asyncio.sleep(0)
 
     await asyncio.wait_for(reached(), HANG_GUARD_S)

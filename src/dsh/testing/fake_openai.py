@@ -493,11 +493,11 @@ class FakeOpenAIServer:
         with self._lock:
             return list(self._disconnected)
 
-    async def wait_for_requests(self, count: int = 1, *, timeout: float = _DEFAULT_TIMEOUT_S) -> None:  # noqa: ASYNC109
+    async def wait_for_requests(self, count: int = 1, *, timeout: float = _DEFAULT_TIMEOUT_S) -> None:  # noqa: ASYNC109 - a hang guard
         """Return once `count` requests arrived (since the last `reset`); a hang guard, not a timer."""
         await self._request_tally.wait_for(count, timeout, f"{count} request(s)")
 
-    async def wait_for_disconnects(self, count: int = 1, *, timeout: float = _DEFAULT_TIMEOUT_S) -> None:  # noqa: ASYNC109
+    async def wait_for_disconnects(self, count: int = 1, *, timeout: float = _DEFAULT_TIMEOUT_S) -> None:  # noqa: ASYNC109 - a hang guard
         """Return once `count` client disconnects were recorded; a hang guard, not a timer."""
         await self._disconnect_tally.wait_for(count, timeout, f"{count} client disconnect(s)")
 

@@ -5,7 +5,8 @@ make the next append fail, fail every call until cleared, fail once a number of 
 through, hold a call at a gate until the test releases it, and count or time what reached the
 backend. Faults *inside* a backend's write (after part of a batch was written, or at its
 durability step) need the backend's cooperation: a backend that supports them offers the
-`IOFaultSeam` protocol (the memory, JSONL and SQLite backends all do, with one shared fault hook),
+`IOFaultSeam` protocol (the memory, JSONL, SQLite and PostgreSQL backends all do, with one shared
+fault hook),
 and the backend must still leave the batch all-or-nothing (it rolls back). The wrapper declares and
 implements exactly what the wrapped backend does: over a backend with `TYPED_READS` it is a
 `TypedFaultyBackend`, which also forwards `load_typed`; over any other backend it has no

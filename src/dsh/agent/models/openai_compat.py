@@ -1,10 +1,10 @@
 """`OpenAICompatibleClient`: streams chat completions from any OpenAI-compatible endpoint.
 
-Layer: agent. The client wraps the `openai` SDK's `AsyncOpenAI`, which is imported only when the
-first client is built, so `import dsh` and `import dsh.agent.models` stay light. Requests and
-responses are mapped by `dsh.agent.models._openai_wire`; this module owns the settings resolution,
-the SDK client's lifecycle, cancellation and the translation of SDK failures into `ModelError`s
-(docs/agent.md#model-clients, docs/agent.md#model-settings).
+Layer: agent. The client wraps the `openai` SDK's `AsyncOpenAI`, which is imported only when a
+client sends its first request, so `import dsh`, `import dsh.agent.models` and building a client
+stay light. Requests and responses are mapped by `dsh.agent.models._openai_wire`; this module owns
+the settings resolution, the SDK client's lifecycle, cancellation and the translation of SDK
+failures into `ModelError`s (docs/agent.md#model-clients, docs/agent.md#model-settings).
 
 Retries come only from the SDK's `max_retries`, which repeats a request that failed before its first
 byte (connection errors, 429, 5xx). A stream that breaks midway is never retried, because the retry

@@ -21,7 +21,7 @@ from dsh.json import dumps
 from dsh.query.records import HistoryPage
 from dsh.runtime import Runtime
 from dsh.server.errors import STATUS, WireError, bad_request
-from dsh.server.models import MAX_PAGE, ErrorBody
+from dsh.server.models import MAX_PAGE, EmptyBody, ErrorBody
 from dsh.session.ids import id_problem
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "ChildId",
     "JsonBody",
     "MaxMessages",
+    "NO_BODY",
     "ParentId",
     "ResumeLocks",
     "SessionIdPath",
@@ -103,6 +104,14 @@ def _child_id(cid: Annotated[str, Path(min_length=1, description="The child sess
 SessionIdPath = Annotated[str, Depends(_session_id)]
 ParentId = Annotated[str, Depends(_parent_id)]
 ChildId = Annotated[str, Depends(_child_id)]
+
+
+def _no_body(body: EmptyBody | None = None) -> None:
+    """Nothing: FastAPI has already refused a body that is not empty, `null` or `{}` (`bad-request`)."""
+
+
+NO_BODY: Final = Depends(_no_body)
+"""A route dependency for routes that take no body: a body with fields, or that is not JSON, is `bad-request`."""
 
 
 def check_time_zone(value: str | None) -> str | None:

@@ -43,6 +43,7 @@ from dsh.server.models import (
     summary_json,
 )
 from dsh.server.routes.deps import (
+    NO_BODY,
     BeforeSeq,
     JsonBody,
     MaxMessages,
@@ -333,6 +334,7 @@ async def prompt_session(
 @router.post(
     "/sessions/{id}/interrupt",
     operation_id="interruptSession",
+    dependencies=[NO_BODY],
     response_model=Accepted,
     responses=error_responses(400, 401, 404, 409, 413, 415, 500),
 )
@@ -348,6 +350,7 @@ async def interrupt_session(session_id: SessionIdPath, rt: Rt) -> JsonBody:
 @router.post(
     "/sessions/{id}/resume",
     operation_id="resumeSession",
+    dependencies=[NO_BODY],
     response_model=SessionSummary,
     responses=error_responses(400, 401, 404, 409, 413, 415, 500, 503),
 )

@@ -23,6 +23,7 @@ from dsh.runtime import Runtime
 from dsh.server.errors import LIBRARY_CODES, WireError
 from dsh.server.models import Accepted, HistoryPage, MessageAccepted, PromptBody, SubagentCatalog
 from dsh.server.routes.deps import (
+    NO_BODY,
     BeforeSeq,
     ChildId,
     JsonBody,
@@ -238,6 +239,7 @@ def _prompt_failure(error: SubagentError, child_id: str, signal: AbortSignal) ->
 @router.post(
     "/sessions/{pid}/subagents/{cid}/interrupt",
     operation_id="interruptSubagent",
+    dependencies=[NO_BODY],
     response_model=Accepted,
     responses=error_responses(400, 401, 403, 404, 413, 415, 500),
 )
