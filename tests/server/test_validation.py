@@ -76,6 +76,10 @@ MARKER = "ECHO-MARKER-93817"
         ("POST", "/api/v1/sessions", {"json": {"title": "x"}}, 400, "bad-request"),
         ("GET", "/api/v1/sessions?limit=201", {}, 400, "bad-request"),
         ("GET", "/api/v1/sessions?limit=abc", {}, 400, "bad-request"),
+        ("GET", "/api/v1/sessions?limit=1.0", {}, 400, "bad-request"),
+        ("GET", "/api/v1/sessions?limit=1e1", {}, 400, "bad-request"),
+        ("GET", "/api/v1/sessions/s/history?maxMessages=2.0", {}, 400, "bad-request"),
+        ("GET", "/api/v1/sessions/s/history?beforeSeq=%205", {}, 400, "bad-request"),
         ("GET", "/api/v1/sessions/s/history?beforeSeq=-1", {}, 400, "bad-request"),
         ("GET", "/api/v1/sessions/s/subagents?scope=everyone", {}, 400, "bad-request"),
         ("GET", "/api/v1/sessions/p/subagents/c/history?mode=forever", {}, 400, "bad-request"),
@@ -160,6 +164,17 @@ async def test_an_oversized_body_is_413_and_never_reaches_the_handler(
     details = assert_error(response, 413, "payload-too-large")
     assert details == {"limit": 1 << 20}
     assert called == []
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_a_get_with_a_body_is_400_whatever_its_size_or_type(served: Api, chunked: bool) -> None:
+    """A GET carrying a body (declared or chunked, JSON or not, small or huge) is 400 `bad-request`, never 413/415."""
+    for size, kind in ((2, "application/json"), (2 << 20, "text/plain")):
+        content: Any = _chunks(size) if chunked else b" " * size
+        response = await served.http.request("GET", "/api/v1/sessions", content=content, headers={"content-type": kind})
+        details = assert_error(response, 400, "bad-request")
+        assert details == {"issues": [{"loc": ["body"], "msg": "a GET request takes no body", "type": "body"}]}
+    assert (await served.http.get("/api/v1/sessions")).status_code == 200
 
 
 async def test_the_body_limit_is_configurable(tmp_path: Any) -> None:

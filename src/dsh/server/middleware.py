@@ -11,7 +11,8 @@ channel to notice a client that goes away). In order, for each request (docs/ser
 4. The body limit, on the declared `Content-Length` and on the bytes actually received, before any
    JSON parsing → 413 `payload-too-large` `{limit}`; the handler never runs. The body is read whole
    here (it is small) and replayed to the application.
-5. A body that is not `application/json` (or `+json`) → 415 `unsupported-media-type`.
+5. A body that is not `application/json` (or `+json`) → 415 `unsupported-media-type`; a `GET` or
+   `HEAD` request with a body → 400 `bad-request` (those routes take none).
 6. Path segments are re-escaped so that an id holding `/` or `%` stays one path parameter; routes
    decode their ids with `routes.deps.session_id`.
 7. An `AbortController` per request (`request.state.signal`): a watcher owns the `receive` channel
@@ -40,6 +41,8 @@ from dsh.server.errors import WireError, bad_request, status_of
 from dsh.server.security import HostCheck, bearer_matches
 
 __all__ = ["CLIENT_GONE_STATUS", "ApiMiddleware", "ClientDisconnected"]
+
+_BODILESS_METHODS: Final = frozenset({"GET", "HEAD"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -181,9 +184,13 @@ class ApiMiddleware:
             )
             return
         declared = _header(scope, b"content-length")
+        takes_body = scope.get("method") not in _BODILESS_METHODS
         if declared is not None:
             if not declared.strip().isdigit():
                 await exchange.error(bad_request(["header", "content-length"], "not a byte count", "header"))
+                return
+            if not takes_body and int(declared) > 0:
+                await exchange.error(self._no_body(scope))
                 return
             if int(declared) > self._limit:
                 await exchange.error(self._too_large())
@@ -197,6 +204,9 @@ class ApiMiddleware:
             body += message.get("body", b"")
             if len(body) > self._limit:
                 await exchange.error(self._too_large())
+                return
+            if body and not takes_body:
+                await exchange.error(self._no_body(scope))
                 return
             if not message.get("more_body", False):
                 break
@@ -247,6 +257,10 @@ class ApiMiddleware:
         if not exchange.complete:
             exchange.gone.set()
             controller.abort(ClientDisconnected("the client disconnected"))
+
+    @staticmethod
+    def _no_body(scope: Scope) -> WireError:
+        return bad_request(["body"], f"a {scope.get('method')} request takes no body", "body")
 
     def _too_large(self) -> WireError:
         return WireError("payload-too-large", f"the request body exceeds {self._limit} bytes", {"limit": self._limit})

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Final
 from urllib.parse import unquote
 
 from fastapi import Depends, Path, Query, Request, Response
+from pydantic import BeforeValidator
 
 from dsh.abort import AbortSignal
 from dsh.json import dumps
@@ -188,11 +189,21 @@ def page_json(page: HistoryPage) -> dict[str, Any]:
     return out
 
 
+def _digits_only(value: object) -> object:
+    """Integer query parameters are written in decimal digits: `1.0`, `1e3` or ` 5` are refused."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be written as a whole number in decimal digits")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_digits_only)]
+"""An integer query parameter, refused with 400 unless written in plain decimal digits."""
+
 BeforeSeq = Annotated[
-    int | None,
+    QueryInt | None,
     Query(alias="beforeSeq", ge=0, le=MAX_SAFE_INT, description="Read the page before this seq (older events)."),
 ]
 MaxMessages = Annotated[
-    int | None,
+    QueryInt | None,
     Query(alias="maxMessages", ge=1, le=MAX_PAGE, description="Messages per page (default 50)."),
 ]

@@ -47,6 +47,7 @@ from dsh.server.routes.deps import (
     BeforeSeq,
     JsonBody,
     MaxMessages,
+    QueryInt,
     ResumeLocks,
     SessionIdPath,
     cancelled,
@@ -230,7 +231,7 @@ async def health() -> JsonBody:
 async def list_sessions(
     rt: Rt,
     signal: Signal,
-    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Sessions per page.")] = 50,
+    limit: Annotated[QueryInt, Query(ge=1, le=MAX_PAGE, description="Sessions per page.")] = 50,
     cursor: Annotated[
         str | None, Query(max_length=_MAX_CURSOR_CHARS, description="`nextCursor` of the previous page.")
     ] = None,
