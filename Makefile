@@ -2,8 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-BENCH_STAMP := $(VENV)/.bench-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# The install is redone when what it builds from changes: the project file and the C helpers with their build hook.
+BUILD_INPUTS := pyproject.toml hatch_build.py src/dsh/_speedups.c
+INPUTS_SUM := $(shell cat $(BUILD_INPUTS) | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(INPUTS_SUM)
+BENCH_STAMP := $(VENV)/.bench-$(INPUTS_SUM)
 
 .PHONY: demo test check format lint typecheck pytest pytest-fast bench clean
 
@@ -11,7 +14,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python $(BUILD_INPUTS)
 	rm -f $(VENV)/.installed-* $(VENV)/.bench-*
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)

@@ -37,8 +37,10 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "base",
         (
+            "dsh._accel",
             "dsh._lazy_json",
             "dsh._record",
+            "dsh._speedups",
             "dsh.abort",
             "dsh.config",
             "dsh.errors",
@@ -51,9 +53,12 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _modules(root: Path, package: str) -> dict[str, tuple[Path, bool]]:
-    """Dotted module name → (file, is a package `__init__`) for every module under `root/package`."""
+    """Dotted module name → (file, is a package `__init__`) for every module under `root/package`,
+    compiled ones (known by their stubs) included."""
     found: dict[str, tuple[Path, bool]] = {}
-    for path in sorted((root / package).rglob("*.py")):
+    # A compiled module is known by its stub (`.pyi` with no `.py` beside it).
+    stubs = [path for path in (root / package).rglob("*.pyi") if not path.with_suffix(".py").exists()]
+    for path in sorted([*(root / package).rglob("*.py"), *stubs]):
         parts = list(path.relative_to(root).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         if is_package:

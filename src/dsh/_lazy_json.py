@@ -8,8 +8,9 @@ follows what a reader touches (docs/architecture.md#read-path).
 `LazyFrozenDict` and `LazyFrozenList` are `FrozenDict` and `FrozenList` subclasses: the same
 mutators raise, equality is plain `dict`/`list` equality and `orjson` serialises them natively. Their
 storage may still hold the parsed, plain children; every public way to reach a child hands it out
-wrapped in a view, and keeps that view in place of the plain child, so each access returns the
-same immutable object and no plain container ever leaves:
+wrapped in a view, and keeps that view in place of the plain child (with the C helpers of
+`dsh._speedups`, the child object itself becomes its view, without a copy), so each access returns
+the same immutable object and no plain container ever leaves:
 
 * indexing and `get` wrap the one child asked for;
 * iterating values or items (`values()`, `items()`, iterating a list), copies, `|`, `+`, `*`,
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn, SupportsIndex
 
+from dsh._accel import speedups
 from dsh.json import FrozenDict, FrozenList, JsonValue
 
 __all__ = ["LazyFrozenDict", "LazyFrozenList"]
@@ -46,6 +48,8 @@ _dict_items = dict.items
 _list_getitem = list.__getitem__
 _list_setitem = list.__setitem__
 _list_iter = list.__iter__
+# With the C helpers a plain child becomes its view in place (same object, no copy).
+_RETYPE: Any = speedups.retype_view if speedups is not None else None
 
 
 def _refuse_attribute(self: object, *args: object) -> NoReturn:
@@ -63,12 +67,12 @@ class LazyFrozenDict(FrozenDict):
     def __getitem__(self, key: str) -> JsonValue:
         value: Any = _dict_getitem(self, key)
         cls = value.__class__
-        if cls is dict:
-            value = LazyFrozenDict(value)
-            _dict_setitem(self, key, value)
-        elif cls is list:
-            value = LazyFrozenList(value)
-            _dict_setitem(self, key, value)
+        if cls is dict or cls is list:
+            if _RETYPE is not None:
+                _RETYPE(value, LazyFrozenDict, LazyFrozenList)
+            else:
+                value = LazyFrozenDict(value) if cls is dict else LazyFrozenList(value)
+                _dict_setitem(self, key, value)
         return value  # type: ignore[no-any-return]
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -123,12 +127,12 @@ class LazyFrozenList(FrozenList):
         if index.__class__ is int:
             value: Any = _list_getitem(self, index)
             cls = value.__class__
-            if cls is dict:
-                value = LazyFrozenDict(value)
-                _list_setitem(self, index, value)
-            elif cls is list:
-                value = LazyFrozenList(value)
-                _list_setitem(self, index, value)
+            if cls is dict or cls is list:
+                if _RETYPE is not None:
+                    _RETYPE(value, LazyFrozenDict, LazyFrozenList)
+                else:
+                    value = LazyFrozenDict(value) if cls is dict else LazyFrozenList(value)
+                    _list_setitem(self, index, value)
             return value
         self._settle()
         return _list_getitem(self, index)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import dsh.persistence.jsonl._format as jsonl_format
 import dsh.session.stored as stored_module
+from dsh._accel import speedups
 from dsh._lazy_json import LazyFrozenDict, LazyFrozenList
 from dsh.json import FrozenDict, FrozenList
 from dsh.persistence._validation import validate_log
@@ -103,10 +104,11 @@ def test_a_negative_exponent_that_underflows_is_read_as_zero_too() -> None:
     assert not stored_module.may_hold_negative_zero(plain)
 
 
-async def test_a_full_read_parses_each_line_once_plus_one_call_per_chunk(
+async def test_a_full_read_parses_each_line_once_and_touching_parses_nothing_more_with_c_helpers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Scanning parses every line once; touching every event adds one parse per 512-event chunk."""
+    """Scanning parses every line once; touching every event parses nothing more with the C helpers,
+    else one chunk of lines per 512 events."""
     records = _notes(1_200)
     await make_writer(tmp_path, "zstd").write("s1", stored_header("s1"), records)
     calls: list[int] = []
@@ -123,8 +125,11 @@ async def test_a_full_read_parses_each_line_once_plus_one_call_per_chunk(
         touched = [event.data for event in observation.events]
         monkeypatch.setattr(orjson, "loads", real_loads)
     assert len(touched) == 1_200
-    assert scanned <= 1_200 + 1  # every event line, plus the header line
-    assert len(calls) - scanned == 3  # chunks of 512, 512 and 176 events
+    # Every event line, the header line and, with the helpers, the small object that hands the C
+    # check the parser's key objects.
+    assert scanned <= 1_200 + 1 + (speedups is not None)
+    # With the helpers the scan's parses are the events; else chunks of 512, 512 and 176 lines.
+    assert len(calls) - scanned == (0 if speedups is not None else 3)
 
 
 async def test_a_chunk_too_deep_for_one_array_is_parsed_line_by_line(tmp_path: Path) -> None:
@@ -185,11 +190,13 @@ async def test_a_chunk_of_certain_records_is_frozen_with_no_call_per_event(
 async def test_a_chunk_holding_an_uncertain_record_is_frozen_event_by_event(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only the chunk holding a record the scan was unsure of goes event by event; every event stays equal."""
+    """Only the chunk holding a record the scan was unsure of goes event by event (with the C helpers,
+    only that record); every event stays equal."""
     records = _notes(600)
     records[10] = {"type": "x/custom", "seq": 10, "time": 5, "data": {"n": [1]}, "ignorable": True}
     events, calls = await _touch_counting_per_event_views(tmp_path, monkeypatch, records)
-    assert calls == list(range(512))  # the first chunk only
+    # Without the helpers the first chunk's lines go one by one; with them the scan's events are taken.
+    assert calls == ([10] if speedups is not None else list(range(512)))
     assert events == records
     assert type(events[10].data) is FrozenDict  # an uncommon envelope is frozen whole
     for event in events:
@@ -264,15 +271,27 @@ async def test_a_full_iteration_triggers_no_full_collection(tmp_path: Path) -> N
     assert full == []
 
 
-def test_the_scanner_keeps_lines_not_parsed_records() -> None:
-    """The scan result holds each record as its validated line, its type and its fast verdict."""
+def test_the_scanner_keeps_each_record_as_its_line_or_with_the_c_helpers_as_its_event() -> None:
+    """The scan result holds each record's type and fast verdict, and the record as its validated line
+    or, with the C helpers, as the event its one parse became."""
     records = _notes(4)
     text = b"".join(orjson.dumps(record) + b"\n" for record in records)
     scan = jsonl_format.scan_events(text, 0, "none", jsonl_format.LogContext("s1", None))
     assert isinstance(scan.events, LineRecords)
-    assert scan.events.lines == [orjson.dumps(record) for record in records]
     assert scan.events.types == ["session/title"] * 4
     assert scan.events.verdicts == bytearray([1, 1, 1, 1])
+    if speedups is None:
+        assert scan.events.lines == [orjson.dumps(record) for record in records]
+        assert scan.events.parsed is None
+    else:
+        assert scan.events.lines == [None] * 4
+        assert scan.events.parsed == records
+        assert all(type(event) is SessionEvent for event in scan.events.parsed)
+    # Either way, indexing and slicing hand out plain records.
+    assert scan.events[1] == records[1]
+    assert type(scan.events[1]) is dict
+    assert scan.events[1:3] == records[1:3]
+    assert [type(record) for record in scan.events[0:4]] == [dict] * 4
 
 
 _NUMBERS = st.builds(

@@ -12,8 +12,6 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-import orjson
-
 from dsh._record import Record, set_fields
 from dsh.json import is_safe_int
 from dsh.session.fastcheck import fast_check
@@ -378,10 +376,7 @@ def migrate_legacy_shapes(
         if migrated is record:
             continue
         if isinstance(records, LineRecords):
-            records.lines[index] = orjson.dumps(migrated)
-            records.types[index] = migrated["type"]
-            if records.verdicts is not None:
-                records.verdicts[index] = fast_check(migrated, index)
+            records.replace(index, migrated, fast_check(migrated, index) if records.verdicts is not None else None)
         else:
             records[index] = migrated
     return None

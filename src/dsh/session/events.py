@@ -11,6 +11,7 @@ raising, so each caller raises its own error kind (`INVALID_EVENT`, `INVALID_SEE
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any, Final, Literal, TypeAlias
 
 from dsh._record import Record, set_fields
@@ -115,6 +116,11 @@ class SurfaceReplace(Record):
 SurfaceOp: TypeAlias = Literal["append"] | SurfaceReplace
 
 
+def _key_property(key: str, doc: str) -> Any:
+    """A read-only property returning `self[key]` through `operator.itemgetter` (no Python frame)."""
+    return property(itemgetter(key), doc=doc)
+
+
 class SessionEvent(FrozenDict):
     """One committed event: a read-only mapping with typed accessors.
 
@@ -124,25 +130,11 @@ class SessionEvent(FrozenDict):
 
     __slots__ = ()
 
-    @property
-    def type(self) -> str:
-        """The event type, e.g. `turn/start`."""
-        return self["type"]  # type: ignore[return-value]
-
-    @property
-    def seq(self) -> int:
-        """The event's index in its log."""
-        return self["seq"]  # type: ignore[return-value]
-
-    @property
-    def time(self) -> int:
-        """Epoch milliseconds."""
-        return self["time"]  # type: ignore[return-value]
-
-    @property
-    def data(self) -> JsonValue:
-        """The frozen payload."""
-        return self["data"]
+    # The envelope accessors are read on every event of every fold: each is one C-level lookup.
+    type: str = _key_property("type", "The event type, e.g. `turn/start`.")
+    seq: int = _key_property("seq", "The event's index in its log.")
+    time: int = _key_property("time", "Epoch milliseconds.")
+    data: JsonValue = _key_property("data", "The frozen payload.")
 
     @property
     def ignorable(self) -> bool:

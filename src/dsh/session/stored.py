@@ -4,14 +4,16 @@ Layer: session. Reading a log is dominated by parsing it and by turning parsed J
 immutable values. The read pipeline parses every record once and validates it eagerly (so
 corruption is reported at read time), but hands a record out as a `SessionEvent` only when someone
 looks at it. A file backend hands its records over as `LineRecords` — the validated JSON lines, their
-types and the fast validation verdicts taken while scanning — so an observation keeps bytes rather
-than dicts. The first touch of a chunk of events parses the whole chunk with one `orjson` call;
-each event's payload is wrapped in a lazily frozen view (`dsh._lazy_json`), whose children are
-frozen as they are reached, and its envelope is copied into a `SessionEvent` — with C-level `map`s
-and no Python call per event when the scan was certain of every record of the chunk. Records from
-other backends are frozen whole (`adopt`). A fold that declares its event types can use `select`
-and never touches the events it ignores. Once frozen, an event is kept and its line is dropped, so
-every access returns the same immutable object (docs/architecture.md#read-path).
+types, the fast validation verdicts taken while scanning and, when the C helpers (`dsh._speedups`)
+are built, the dicts parsed while scanning. With those dicts, the first touch of a chunk the scan
+was certain of turns each dict into its `SessionEvent` and each payload into a lazily frozen view
+(`dsh._lazy_json`) in place, without copying or parsing anything. Otherwise the chunk's lines are
+parsed with one `orjson` call, each payload is wrapped in a view and each envelope copied into a
+`SessionEvent` (with C-level `map`s and no Python call per event when the scan was certain of the
+whole chunk). Records from other backends are frozen whole (`adopt`). A fold that declares its event
+types can use `select` and never touches the events it ignores. Once frozen, an event is kept and its
+line is dropped, so every access returns the same immutable object
+(docs/architecture.md#read-path).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from collections import deque
 from collections.abc import Collection, Iterator, Sequence
 from itertools import repeat
 from operator import is_, itemgetter, setitem
-from typing import Any, Final, overload
+from typing import Any, Final, cast, overload
 
 import orjson
 
+from dsh._accel import speedups
 from dsh._lazy_json import LazyFrozenDict, LazyFrozenList
 from dsh.json import adopt
-from dsh.session.events import SessionEvent
+from dsh.session.events import KNOWN_EVENT_TYPES, SessionEvent
 
 __all__ = [
     "LineRecords",
@@ -51,6 +54,9 @@ _NEGATIVE_ZERO: Final = re.compile(rb"-(?:0(?![0-9]|\.[1-9])|[0-9]+(?:\.[0-9]+)?
 
 _DATA: Final = itemgetter("data")
 _UNSURE: Final = 0
+if speedups is not None:
+    # What the JSONL scanner's C check hands records out as (and the types it shares strings for).
+    speedups.configure(tuple(KNOWN_EVENT_TYPES), SessionEvent, LazyFrozenDict, LazyFrozenList)
 
 
 @contextlib.contextmanager
@@ -141,28 +147,52 @@ def _line_event(line: bytes) -> SessionEvent:
 
 
 class LineRecords(Sequence[dict[str, Any]]):
-    """Stored records kept as their JSON lines: indexing parses a fresh dict (callers only read it).
+    """Stored records kept as their JSON lines or their parses; callers only read them.
 
     Every line is one complete JSON object on its own (the scanner parsed it), so lines joined by
     commas inside brackets form a JSON array of exactly their records; `StoredEvents` parses a
     whole chunk that way, with one call.
 
+    Indexing returns the kept plain parse of a record when there is one, else a fresh parse of the
+    record; slices and iteration always return fresh parses, so what they hand out is the caller's.
+
     Attributes:
-        lines: One JSON text per record, in log order.
+        lines: One JSON text per record, in log order, or None where `parsed` keeps the record.
         types: Each record's `type`, taken while scanning (so selections need no parsing).
         verdicts: `dsh.session.fastcheck` verdicts per record (0 = not certain), or None when the
             positions are not seqs (a selection) or nobody checked.
+        parsed: None, or one entry per record: what `orjson` parsed from its line while scanning
+            (owned here; no `-0.0` can hide in it and the line held no oversized integer) —
+            already the record's `SessionEvent` when its verdict is nonzero, else a plain dict —
+            or None where the line is kept instead. Indexing hands out only the plain dicts (for an
+            event, a fresh plain copy), so callers always see plain parsed records.
     """
 
-    __slots__ = ("lines", "types", "verdicts")
+    __slots__ = ("lines", "parsed", "types", "verdicts")
 
-    def __init__(self, lines: list[bytes], types: list[str], verdicts: bytearray | None = None) -> None:
+    def __init__(
+        self,
+        lines: list[bytes | None],
+        types: list[str],
+        verdicts: bytearray | None = None,
+        parsed: list[dict[str, Any] | None] | None = None,
+    ) -> None:
         self.lines = lines
         self.types = types
         self.verdicts = verdicts
+        self.parsed = parsed
 
     def __len__(self) -> int:
         return len(self.lines)
+
+    def _fresh(self, index: int) -> dict[str, Any]:
+        """A new plain parse of the record at `index`."""
+        line = self.lines[index]
+        if line is None:
+            assert self.parsed is not None
+            line = orjson.dumps(self.parsed[index])
+        record: dict[str, Any] = orjson.loads(line)
+        return record
 
     @overload
     def __getitem__(self, index: int) -> dict[str, Any]: ...
@@ -172,13 +202,18 @@ class LineRecords(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(index, slice):
-            return [orjson.loads(line) for line in self.lines[index]]
-        parsed: dict[str, Any] = orjson.loads(self.lines[index])
-        return parsed
+            return [self._fresh(i) for i in range(*index.indices(len(self.lines)))]
+        if index < 0:
+            index += len(self.lines)
+        if self.parsed is not None:
+            kept = self.parsed[index]
+            if kept is not None and kept.__class__ is dict:
+                return kept
+        return self._fresh(index)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for line in self.lines:
-            yield orjson.loads(line)
+        for index in range(len(self.lines)):
+            yield self._fresh(index)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence) or isinstance(other, str | bytes):
@@ -191,22 +226,37 @@ class LineRecords(Sequence[dict[str, Any]]):
         return f"LineRecords(len={len(self.lines)})"
 
     def select(self, types: Collection[str] | None, start: int = 0) -> LineRecords:
-        """The records from `start` on whose type is in `types` (all when None), still as lines."""
+        """The records from `start` on whose type is in `types` (all when None), nothing parsed."""
+        parsed = self.parsed
         if types is None:
-            return LineRecords(self.lines[start:], self.types[start:])
+            return LineRecords(self.lines[start:], self.types[start:], None, None if parsed is None else parsed[start:])
         wanted = frozenset(types)
         picked = [i for i in range(start, len(self.lines)) if self.types[i] in wanted]
-        return LineRecords([self.lines[i] for i in picked], [self.types[i] for i in picked])
+        return LineRecords(
+            [self.lines[i] for i in picked],
+            [self.types[i] for i in picked],
+            None,
+            None if parsed is None else [parsed[i] for i in picked],
+        )
 
-    def take(self) -> tuple[list[bytes], list[str], bytearray | None]:
-        """Hand the lines, types and verdicts over, leaving this object empty.
+    def replace(self, index: int, record: dict[str, Any], verdict: int | None) -> None:
+        """Store `record` at `index` in place of what was read there (a migrated older shape)."""
+        self.lines[index] = orjson.dumps(record)
+        self.types[index] = record["type"]
+        if self.verdicts is not None and verdict is not None:
+            self.verdicts[index] = verdict
+        if self.parsed is not None:
+            self.parsed[index] = None
+
+    def take(self) -> tuple[list[bytes | None], list[str], bytearray | None, list[dict[str, Any] | None] | None]:
+        """Hand the lines, types, verdicts and parses over, leaving this object empty.
 
         A backend's result can outlive the read in a reference cycle (an executor future); once
-        the lines are taken, it no longer keeps them alive.
+        the records are taken, it no longer keeps them alive.
         """
-        lines, types, verdicts = self.lines, self.types, self.verdicts
-        self.lines, self.types, self.verdicts = [], [], None
-        return lines, types, verdicts
+        taken = self.lines, self.types, self.verdicts, self.parsed
+        self.lines, self.types, self.verdicts, self.parsed = [], [], None, None
+        return taken
 
 
 class StoredEvents(Sequence[SessionEvent]):
@@ -219,21 +269,38 @@ class StoredEvents(Sequence[SessionEvent]):
         tail: Already-frozen events that follow the records (crash-repair closers).
     """
 
-    __slots__ = ("_events", "_n", "_records", "_types", "_verdicts")
+    __slots__ = ("_all_frozen", "_events", "_n", "_parsed", "_records", "_types", "_verdicts")
 
     def __init__(self, records: Sequence[dict[str, Any]], tail: Sequence[SessionEvent] = ()) -> None:
         self._records: list[Any]
         self._types: list[str] | None
         # The scan's fast verdicts (by position) when the records are the whole log from seq 0.
         self._verdicts: bytearray | None = None
+        # The scan's parses (by position), when the C helpers kept them; else lines are parsed again.
+        self._parsed: list[dict[str, Any] | None] | None = None
+        self._events: list[SessionEvent | None]
+        # Every event is frozen already: iteration and `materialize` have nothing to do.
+        self._all_frozen = False
         if isinstance(records, LineRecords):
-            # Keep the lines (bytes) rather than parsed dicts: far less memory, and parsed again
-            # only for the events someone looks at.
-            self._records, self._types, self._verdicts = records.take()
+            self._records, self._types, self._verdicts, self._parsed = records.take()
         else:
             self._records = list(records)
             self._types = None
-        self._events: list[SessionEvent | None] = [None] * len(self._records)
+        parsed = self._parsed
+        if (
+            parsed is not None
+            and self._verdicts is not None
+            and self._verdicts.find(_UNSURE) < 0
+            and self._records.count(None) == len(self._records)
+        ):
+            # The common case with the C helpers: the scan was certain of every record and kept
+            # every parse, so every record is its event already (`LineRecords.parsed`).
+            self._events = cast("list[SessionEvent | None]", parsed)
+            self._parsed = None
+            self._records = []
+            self._all_frozen = True
+        else:
+            self._events = [None] * len(self._records)
         self._events.extend(tail)
         self._n = len(self._events)
 
@@ -243,12 +310,45 @@ class StoredEvents(Sequence[SessionEvent]):
     def _get(self, index: int) -> SessionEvent:
         event = self._events[index]
         if event is None:
-            record = self._records[index]
-            assert record is not None
-            event = _line_event(record) if type(record) is bytes else adopt_event(record)
+            kept = self._parsed[index] if self._parsed is not None else None
+            if kept is not None:
+                # The scan's event, or a plain parse it was unsure of (owned here, no `-0.0`).
+                event = kept if kept.__class__ is SessionEvent else view_event(kept)
+                self._parsed[index] = None  # type: ignore[index]
+            else:
+                record = self._records[index]
+                assert record is not None
+                event = _line_event(record) if type(record) is bytes else adopt_event(record)
+            assert event is not None
             self._events[index] = event
             self._records[index] = None
         return event
+
+    def _certain_parses(self, start: int, end: int) -> bool:
+        """Whether every record of `[start, end)` has a kept parse the scan was certain of (and so
+        handed out as its event already: `LineRecords.parsed`)."""
+        parsed = self._parsed
+        verdicts = self._verdicts
+        return (
+            parsed is not None
+            and verdicts is not None
+            and verdicts.find(_UNSURE, start, end) < 0
+            and not any(map(is_, parsed[start:end], repeat(None)))
+        )
+
+    def _lines_only(self, start: int, end: int) -> bool:
+        """Whether `[start, end)` has no kept parse (so every record there is a line)."""
+        assert self._parsed is not None
+        return all(map(is_, self._parsed[start:end], repeat(None)))
+
+    def _freeze_parsed(self, start: int, end: int) -> None:
+        """Take the events the scan made of `[start, end)` (`_certain_parses` holds)."""
+        parsed = self._parsed
+        assert parsed is not None
+        # Nonzero verdict and a kept parse: the scan made it the event (`LineRecords.parsed`).
+        self._events[start:end] = cast("list[SessionEvent]", parsed[start:end])
+        self._records[start:end] = repeat(None, end - start)
+        parsed[start:end] = repeat(None, end - start)
 
     @overload
     def __getitem__(self, index: int) -> SessionEvent: ...
@@ -268,7 +368,9 @@ class StoredEvents(Sequence[SessionEvent]):
     def _freeze_range(self, start: int, end: int) -> None:
         """Freeze the stored events of `[start, end)` that are not frozen yet.
 
-        A chunk of lines nobody touched yet is parsed with one `orjson` call (the lines joined into
+        A chunk nobody touched yet whose records all have a kept parse the scan was certain of
+        becomes events in place (`_freeze_parsed`). Otherwise a chunk of lines nobody touched yet is
+        parsed with one `orjson` call (the lines joined into
         one array). When the scan was certain of every record of the chunk (a nonzero fast verdict
         implies the plain envelope) and no `-0.0` can hide in it, the chunk becomes events with no
         Python call per event (`_view_events`); otherwise event by event. The collector is paused,
@@ -278,7 +380,11 @@ class StoredEvents(Sequence[SessionEvent]):
         events = self._events
         records = self._records
         with collector_paused(keep=True):
-            if self._types is not None and all(map(is_, events[start:end], repeat(None))):
+            untouched = all(map(is_, events[start:end], repeat(None)))
+            if untouched and self._certain_parses(start, end):
+                self._freeze_parsed(start, end)
+                return
+            if self._types is not None and untouched and (self._parsed is None or self._lines_only(start, end)):
                 lines = records[start:end]
                 joined = b"[" + b",".join(lines) + b"]"
                 try:
@@ -297,12 +403,17 @@ class StoredEvents(Sequence[SessionEvent]):
                     else:
                         events[start:end] = map(view_event, parsed)
                     records[start:end] = repeat(None, end - start)
+                    if self._parsed is not None:
+                        self._parsed[start:end] = repeat(None, end - start)
                     return
             for index in range(start, end):
                 if events[index] is None:
                     self._get(index)
 
     def __iter__(self) -> Iterator[SessionEvent]:
+        if self._all_frozen:
+            yield from self._events  # type: ignore[misc]
+            return
         # Freeze chunk by chunk, never while the consumer's code runs.
         stored = len(self._records)
         for start in range(0, self._n, _CHUNK):
@@ -330,6 +441,8 @@ class StoredEvents(Sequence[SessionEvent]):
 
     def materialize(self) -> list[SessionEvent]:
         """Every event frozen, as a new list (for a session that takes ownership of the log)."""
+        if self._all_frozen:
+            return list(self._events)  # type: ignore[arg-type]
         stored = len(self._records)
         for start in range(0, stored, _CHUNK):
             self._freeze_range(start, min(start + _CHUNK, stored))

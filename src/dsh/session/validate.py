@@ -12,14 +12,14 @@ from typing import Any, Literal
 
 from dsh._record import Record, set_fields
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
-from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, fast_check
+from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, FAST_UNSURE, fast_check
 from dsh.session.stored import LineRecords
 from dsh.session.surface import Surface, SurfacePlan
 
 __all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
 
-_NOT_LOG_ONLY = re.compile(b"[^%c]" % FAST_LOG_ONLY)
-"""Verdict positions that need a look: surface appends and records the fast test is unsure about."""
+_SURFACE_APPEND = re.compile(b"%c" % FAST_SURFACE_APPEND)
+"""Verdict positions of the surface appends the fast test is certain of (each becomes a surface node)."""
 
 ProblemKind = Literal["envelope", "seq", "legacy", "unknown", "data", "surface"]
 
@@ -104,19 +104,23 @@ def check_records(
 def _check_scanned(
     records: Sequence[Mapping[str, Any]], verdicts: bytearray, surface: Surface, known_only: bool
 ) -> LogProblem | None:
-    """`check_records` over scanned verdicts: only positions not certainly log-only are visited."""
+    """`check_records` over scanned verdicts: only positions the scan was unsure of are visited.
+
+    Between two such positions every record is certain, and the certain surface appends become
+    nodes in one C-level pass over the verdicts.
+    """
     nodes = surface.nodes
-    found = _NOT_LOG_ONLY.search(verdicts)
-    while found is not None:
-        index = found.start()
-        if verdicts[index] == FAST_SURFACE_APPEND:
-            nodes.append(index)
-        else:
-            problem = _full_rules(records, index, records[index], surface, known_only)
-            if problem is not None:
-                return problem
-        found = _NOT_LOG_ONLY.search(verdicts, index + 1)
-    return None
+    position = 0
+    while True:
+        unsure = verdicts.find(FAST_UNSURE, position)
+        end = len(verdicts) if unsure < 0 else unsure
+        nodes += [found.start() for found in _SURFACE_APPEND.finditer(verdicts, position, end)]
+        if unsure < 0:
+            return None
+        problem = _full_rules(records, unsure, records[unsure], surface, known_only)
+        if problem is not None:
+            return problem
+        position = unsure + 1
 
 
 def _full_rules(

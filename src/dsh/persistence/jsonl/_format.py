@@ -14,21 +14,24 @@ harness (`_packed`) is expanded into the events it stands for as it is scanned; 
 a defect of its line like any other.
 
 Hot path: a read is dominated by `orjson.loads` per line, so the scanner parses each line once, in a
-C-level `map` per slice, takes the fast validation verdict (`dsh.session.fastcheck`) from that parse
-and keeps the line itself, not the parsed dict (docs/architecture.md#read-path). A line the fast
-loop does not accept (a packed row, a defect) goes through the careful path alone, and the fast
-loop resumes after it while the log is still clean.
+C-level `map` per slice and takes the fast validation verdicts (`dsh.session.fastcheck`) from that
+parse. It always keeps the line; with the C helpers (`dsh._speedups`) it also keeps the parsed dict,
+which the read path later hands out as the event itself, so nothing is parsed twice
+(docs/architecture.md#read-path). A line the fast loop does not accept (a packed row, a defect) goes
+through the careful path alone, and the fast loop resumes after it while the log is still clean.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import repeat
 from typing import Any, Final, Literal, NamedTuple
 
 import orjson
 import zstandard
 
+from dsh._accel import speedups
 from dsh.persistence.base import TornMarker, first_oversized_int
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, raw_log_suffix
 from dsh.persistence.jsonl._packed import ROW_TYPES, MalformedRowError, expand_row
@@ -76,6 +79,18 @@ _NEWLINE: Final = b"\n"
 # whole plaintext, so `first_oversized_int` only runs on frames that can hold such an integer.
 _DIGITS_TO_ZERO: Final = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGIT_RUN: Final = b"0" * 19
+
+# With the C helpers, one pass over a slice finds both a long digit run and a number that may parse to
+# -0.0 (lines of a slice that may hold one keep no parsed dict: the read path checks them line by line).
+_HAZARDS: Final = speedups.text_hazards if speedups is not None else None
+_CHECK_RECORDS: Final[Callable[[list[Any], int, bool], tuple[bytes, list[Any]]] | None] = (
+    speedups.check_records if speedups is not None else None
+)
+# One object holding every key the C check looks up: parsed at the start of each scan, it gives the
+# check the parser's own key objects, so its lookups end at a pointer comparison (speed only).
+_KEY_SAMPLE: Final = orjson.dumps(dict.fromkeys(speedups.KEYS, 0)) if speedups is not None else b"{}"
+_LONG_DIGITS: Final = speedups.HAZARD_LONG_DIGITS if speedups is not None else 0
+_NEGATIVE_ZERO: Final = speedups.HAZARD_NEGATIVE_ZERO if speedups is not None else 0
 
 _UNSURE: Final = bytes([FAST_UNSURE])
 _TYPE: Final = operator.itemgetter("type")
@@ -348,17 +363,33 @@ class _LineScanner:
     line 1), so a packed row is one line however many events it holds.
     """
 
-    __slots__ = ("committed", "ctx", "dropped", "issue", "line_no", "lines", "oversized_at", "types", "verdicts")
+    __slots__ = (
+        "committed",
+        "ctx",
+        "dropped",
+        "issue",
+        "line_no",
+        "lines",
+        "oversized_at",
+        "parsed",
+        "types",
+        "verdicts",
+    )
 
     def __init__(self, ctx: LogContext) -> None:
         self.ctx = ctx
-        # Accepted records are kept as their lines plus type and fast-check verdict (LineRecords):
-        # the parsed dicts are dropped at once, which keeps a read close to the bare parse and its
-        # memory near the size of the log. Every kept line is one complete JSON object on its own.
-        # An expanded packed row contributes one synthesized line per event it stands for.
-        self.lines: list[bytes] = []
+        # Accepted records are kept with their type and fast-check verdict (LineRecords), each as its
+        # line or, with the C helpers, as its parse (the line is then None): a record of a slice in
+        # which no -0.0 can hide is kept parsed, so it is never parsed again. Every kept line is one
+        # complete JSON object on its own; an expanded packed row contributes one synthesized line
+        # per event it stands for. Without the helpers the dicts are dropped at once, which keeps a
+        # lazy read close to the bare parse and its memory near the size of the log.
+        self.lines: list[bytes | None] = []
         self.types: list[str] = []
         self.verdicts = bytearray()
+        self.parsed: list[dict[str, Any] | None] | None = [] if speedups is not None else None
+        if speedups is not None:
+            speedups.learn_keys(orjson.loads(_KEY_SAMPLE))
         self.issue: str | None = None
         self.dropped = 0
         self.line_no = 1  # the header is line 1
@@ -369,11 +400,17 @@ class _LineScanner:
         """Scan the complete lines of `text`; return the trailing fragment after the last newline."""
         lines = text.split(_NEWLINE)
         fragment = lines.pop()
-        suspicious = self.oversized_at is None and text.translate(_DIGITS_TO_ZERO).find(_LONG_DIGIT_RUN) >= 0
+        if _HAZARDS is not None:
+            hazards = _HAZARDS(text)
+            suspicious = self.oversized_at is None and hazards & _LONG_DIGITS != 0
+            keep = hazards & _NEGATIVE_ZERO == 0
+        else:
+            suspicious = self.oversized_at is None and text.translate(_DIGITS_TO_ZERO).find(_LONG_DIGIT_RUN) >= 0
+            keep = False
         start = 0
         if self.issue is None and not suspicious:
             while True:
-                stop = self._fast(lines, start)
+                stop = self._fast(lines, start, keep=keep)
                 accepted = stop - start
                 self.line_no += accepted
                 if start == 0 and stop == len(lines):
@@ -405,13 +442,16 @@ class _LineScanner:
             self.oversized_at = len(self.lines) - accepted
         return True
 
-    def _fast(self, lines: list[bytes], start: int) -> int:
+    def _fast(self, lines: list[bytes], start: int, *, keep: bool) -> int:
         """Accept `lines[start:]` while they are plain contiguous records; return the index of the
         first line it did not accept (`len(lines)` when it accepted them all).
 
-        The per-line work runs in C-level `map` loops: one parse per line, the fast checks, the
-        types. A slice holding a line that is not JSON is walked line by line instead, so the stop
-        lands on that line.
+        The per-line work runs in C-level loops: one parse per line, the fast checks, the types.
+        `keep` (only when the helpers are built and no line of the slice may spell -0.0): keep the
+        parsed dicts, and hand each record the check is certain of out as its event at once, while
+        it is in the cache (`dsh._speedups.check_records`); so a kept parse with a nonzero verdict
+        is always an event already. A slice holding a line that is not JSON is walked line by line
+        instead, so the stop lands on that line.
         """
         chunk = lines[start:] if start else lines
         expected = len(self.lines)
@@ -419,7 +459,11 @@ class _LineScanner:
             parsed = list(map(orjson.loads, chunk))
         except orjson.JSONDecodeError:
             return start + self._fast_lines(chunk, expected)
-        verdicts = bytes(map(fast_check, parsed, range(expected, expected + len(parsed))))
+        kinds: list[Any] | None = None
+        if _CHECK_RECORDS is not None:
+            verdicts, kinds = _CHECK_RECORDS(parsed, expected, keep)
+        else:
+            verdicts = bytes(map(fast_check, parsed, range(expected, expected + len(parsed))))
         accepted = verdicts.find(_UNSURE)
         if accepted < 0:
             accepted = len(parsed)
@@ -432,11 +476,21 @@ class _LineScanner:
             parsed = parsed[:accepted]
             chunk = chunk[:accepted]
             verdicts = verdicts[:accepted]
-        self.lines += chunk
-        kinds = list(map(_TYPE, parsed))
-        # Share one string object per known type instead of keeping one per record.
-        self.types += map(_CANONICAL_TYPES.get, kinds, kinds)
+        if keep:
+            # The parses are kept in place of the lines, which go with the slice (their memory is
+            # reused by the next slice's parse).
+            self.lines += repeat(None, accepted)
+        else:
+            self.lines += chunk
+        if kinds is None:
+            kinds = list(map(_TYPE, parsed))
+            # Share one string object per known type instead of keeping one per record.
+            self.types += map(_CANONICAL_TYPES.get, kinds, kinds)
+        else:
+            self.types += kinds if accepted == len(kinds) else kinds[:accepted]
         self.verdicts += verdicts
+        if self.parsed is not None:
+            self.parsed += parsed if keep else repeat(None, accepted)
         return start + accepted
 
     def _fast_lines(self, lines: list[bytes], expected: int) -> int:
@@ -451,12 +505,14 @@ class _LineScanner:
             self.lines.append(line)
             self.types.append(record["type"])
             self.verdicts.append(fast_check(record, expected + offset))
+            if self.parsed is not None:
+                self.parsed.append(None)
         return len(lines)
 
     @property
     def events(self) -> LineRecords:
         """The accepted records (the valid prefix), as lines."""
-        return LineRecords(self.lines, self.types, self.verdicts)
+        return LineRecords(self.lines, self.types, self.verdicts, self.parsed)
 
     def _slow(self, line: bytes) -> int:
         """Classify one line after a defect, on a suspicious slice, or where the fast loop stopped.
@@ -510,12 +566,16 @@ class _LineScanner:
             self.lines.append(line)
             self.types.append(record.get("type"))  # type: ignore[arg-type]
             self.verdicts.append(fast_check(record, expected))
+            if self.parsed is not None:
+                self.parsed.append(None)
             return 1
         for member in members:
             self.lines.append(orjson.dumps(member))
             self.types.append("assistant/chunk")
             self.verdicts.append(fast_check(member, expected))
             expected += 1
+        if self.parsed is not None:
+            self.parsed += repeat(None, len(members))
         return len(members)
 
 
@@ -547,8 +607,9 @@ def scan_events(data: bytes, start: int, compression: Compression, ctx: LogConte
     Raises:
         SessionCorruptionError: A defect in the committed region (or inside a complete zstd frame).
     """
-    # Scans keep one line per record; pausing the collector keeps it from rescanning them.
-    with collector_paused():
+    # Scans keep one line (and perhaps one parsed dict) per record; pausing the collector keeps it from
+    # rescanning them, and what the scan keeps goes straight to the oldest generation.
+    with collector_paused(keep=True):
         if compression == "none":
             return _scan_raw(data, start, ctx)
         return _scan_zstd(data, start, ctx)
