@@ -155,8 +155,7 @@ frame_ok(PyObject *m, PyObject *role)
         !PyList_CheckExact(content) || source == NULL || !is_nonempty_str(get(source, k_kind))) {
         return 0;
     }
-    Py_ssize_t n = PyList_GET_SIZE(content);
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(content); i++) {
         PyObject *block = PyList_GET_ITEM(content, i);
         if (!PyDict_CheckExact(block) || !is_nonempty_str(get(block, k_type))) {
             return 0;
@@ -410,8 +409,17 @@ check_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     char *out = PyBytes_AS_STRING(verdicts);
+    /* Records are what `orjson` parsed: dicts with str keys only, so no lookup runs Python code.
+     * The list is still re-measured and each record held while it is judged. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *record = PyList_GET_ITEM(records, i);
+        if (i >= PyList_GET_SIZE(records)) {
+            memset(out + i, 0, (size_t)(n - i));
+            for (Py_ssize_t j = i; j < n; j++) {
+                PyList_SET_ITEM(types, j, Py_NewRef(Py_None));
+            }
+            break;
+        }
+        PyObject *record = Py_NewRef(PyList_GET_ITEM(records, i));
         PyObject *kind = PyDict_CheckExact(record) ? get(record, k_type) : NULL;
         int verdict = 0;
         PyObject *shared = kind;
@@ -431,6 +439,7 @@ check_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (verdict != 0 && freeze) {
             freeze_record(record);
         }
+        Py_DECREF(record);
     }
     PyObject *result = PyTuple_Pack(2, verdicts, types);
     Py_DECREF(verdicts);
