@@ -9,7 +9,10 @@ environment variable `DSH_PURE_PYTHON=1` before `dsh` is imported turns the help
 from __future__ import annotations
 
 import os
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 __all__ = ["speedups"]
 
