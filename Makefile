@@ -8,7 +8,7 @@ INPUTS_SUM := $(shell cat $(BUILD_INPUTS) | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(INPUTS_SUM)
 BENCH_STAMP := $(VENV)/.bench-$(INPUTS_SUM)
 
-.PHONY: demo test check format lint typecheck pytest pytest-fast bench clean
+.PHONY: demo test check format lint typecheck pytest pytest-fast test-other-pythons bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,8 +27,8 @@ demo: $(STAMP)
 	$(BIN)/dsh demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench hatch_build.py
+	$(BIN)/ruff format --check src tests bench hatch_build.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -57,9 +57,14 @@ check: lint typecheck pytest-fast
 # The full gate, what CI runs: every test, full example counts when CI is set.
 test: lint typecheck pytest
 
+# The fast tests once more on each newer CPython the machine has (.ci/other-pythons says how they are
+# found; a missing one is skipped with a note). CI runs this after `make test`.
+test-other-pythons:
+	.ci/other-pythons
+
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench hatch_build.py
+	$(BIN)/ruff check --fix src tests bench hatch_build.py
 
 # Every benchmark (or `make bench BENCH="p7_listing p5_cold_read"`), then bench/results/summary.md;
 # DSH_BENCH_QUICK=1 for a short smoke run.
@@ -67,4 +72,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(BENCH)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache

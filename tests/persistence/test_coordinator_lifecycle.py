@@ -134,3 +134,20 @@ async def test_locate_is_none_for_memory(coordinator: PersistenceCoordinator, st
     """locate() answers without I/O, None for a backend without artifact paths."""
     session = store.create("s1")
     assert coordinator.locate(session.header) is None
+
+
+async def test_close_returns_when_a_finished_retirement_was_not_yet_forgotten(store: SessionStore) -> None:
+    """close() drops finished retirements itself instead of waiting for their done callbacks, which on
+    Python 3.12+ have not run yet when a gather of finished tasks returns (it then spun forever)."""
+    coordinator = PersistenceCoordinator(MemoryBackend(), store)
+    await coordinator.open()
+
+    async def retired() -> None:
+        return None
+
+    finished = asyncio.ensure_future(retired())
+    await finished
+    # A finished retirement whose done callback has not run: only a waiter can drop it.
+    coordinator._state.retiring["s1"] = {finished}
+    await asyncio.wait_for(coordinator.close(), 5)
+    assert coordinator._state.retiring == {}

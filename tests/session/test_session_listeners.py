@@ -6,6 +6,7 @@ The flush barrier is described in docs/glossary.md#flush-barrier.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -390,3 +391,23 @@ def test_listeners_run_in_registration_order(store: SessionStore) -> None:
     session.append("turn/start", {"turn": 1})
     store.dispose(session)
     assert order == [f"{kind}-{n}" for kind in ("created", "event", "disposed") for n in ("a", "b", "c")]
+
+
+async def test_store_aclose_reports_a_listener_failure_whose_callback_has_not_run(
+    store: SessionStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aclose() reports a finished listener task's failure itself, once, even before its done callback ran."""
+
+    async def broken() -> None:
+        raise RuntimeError("listener bug")
+
+    failed = asyncio.ensure_future(broken())
+    with contextlib.suppress(RuntimeError):
+        await failed
+    store._tasks[failed] = "s1"
+    with caplog.at_level("ERROR", logger="dsh.session.store"):
+        await store.aclose()
+        store._task_done(failed)  # the late done callback: nothing more to report
+    assert [r.getMessage() for r in caplog.records].count(
+        "session \"s1\": session/event listener raised: RuntimeError('listener bug')"
+    ) == 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 from dsh.persistence._prepared import PreparedLRU, Reservation
@@ -130,11 +130,27 @@ class CoordinatorState:
             writer.lock_held = False
             await self.release_lock(writer.session_id, errors)
 
+    def forget_retired(self, session_id: str, tasks: Iterable[asyncio.Task[None]]) -> None:
+        """Drop finished retirements of the id (idempotent).
+
+        A retirement's done callback calls this, and so does every loop that waits for retirements
+        until none is left: on Python 3.12+ a gather of tasks that are done already completes at
+        once, before their done callbacks have run, so such a loop must not count on them.
+        """
+        group = self.retiring.get(session_id)
+        if group is None:
+            return
+        group.difference_update([task for task in tasks if task.done()])
+        if not group:
+            del self.retiring[session_id]
+
     async def settle_retirements(self, session_id: str, signal: AbortSignal | None, *, retry: bool) -> None:
         """Wait for retirements of the id; with `retry`, retry a failed one and raise its error."""
         while group := self.retiring.get(session_id):
-            waiting = asyncio.ensure_future(asyncio.gather(*group, return_exceptions=True))
+            pending = tuple(group)
+            waiting = asyncio.ensure_future(asyncio.gather(*pending, return_exceptions=True))
             await await_signal(waiting, signal, session_id)
+            self.forget_retired(session_id, pending)
         if not retry:
             return
         for writer in [w for w in self.failed if w.session_id == session_id]:

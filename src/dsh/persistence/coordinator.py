@@ -162,8 +162,10 @@ class PersistenceCoordinator:
             except Exception as error:
                 errors.append(error)
         while any(self._state.retiring.values()):
-            tasks = [task for group in self._state.retiring.values() for task in group]
-            await asyncio.gather(*tasks, return_exceptions=True)
+            pending = {session_id: tuple(group) for session_id, group in self._state.retiring.items()}
+            await asyncio.gather(*(task for tasks in pending.values() for task in tasks), return_exceptions=True)
+            for session_id, tasks in pending.items():
+                self._state.forget_retired(session_id, tasks)
         for writer in list(self._state.failed):
             try:
                 await writer.flush()
@@ -283,14 +285,11 @@ class PersistenceCoordinator:
             # Disposed from synchronous code with no loop: `close()` retries the retirement.
             self._state.failed.append(writer)
             return
-        group = self._state.retiring.setdefault(session.id, set())
-        group.add(task)
+        self._state.retiring.setdefault(session.id, set()).add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
             retrieve(finished)
-            group.discard(finished)
-            if not group and self._state.retiring.get(session.id) is group:
-                del self._state.retiring[session.id]
+            self._state.forget_retired(session.id, (finished,))
 
         task.add_done_callback(done)
 

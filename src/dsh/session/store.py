@@ -76,7 +76,8 @@ class SessionStore:
         self._event: list[EventListener] = []
         self._flush: list[FlushListener] = []
         self._disposed: list[DisposedListener] = []
-        self._tasks: set[asyncio.Future[Any]] = set()
+        # Async listener tasks still to be finished (reported), with the id of their session.
+        self._tasks: dict[asyncio.Future[Any], str] = {}
         # What published sessions may ask of this store (checked structurally against `SessionHost`).
         self._host: SessionHost = _StoreHost(self._admit, self._event, self._deliver_event, self._release)
 
@@ -392,7 +393,10 @@ class SessionStore:
         while self._tasks:
             pending = list(self._tasks)
             await asyncio.gather(*pending, return_exceptions=True)
-            self._tasks.difference_update(pending)
+            # Finish them here too: on Python 3.12+ a gather of tasks that are done already
+            # completes at once, before their done callbacks have run.
+            for task in pending:
+                self._task_done(task)
 
     # ---------------------------------------------------------------- event feed
 
@@ -418,11 +422,14 @@ class SessionStore:
             _log.error('session "%s": session/event listener returned an awaitable outside a loop', session.id)
             return
         task = asyncio.ensure_future(awaitable, loop=loop)
-        self._tasks.add(task)
-        task.add_done_callback(lambda t: self._task_done(session.id, t))
+        self._tasks[task] = session.id
+        task.add_done_callback(self._task_done)
 
-    def _task_done(self, session_id: str, task: asyncio.Future[Any]) -> None:
-        self._tasks.discard(task)
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        """Report a finished listener task once (its done callback or `aclose`, whichever comes first)."""
+        session_id = self._tasks.pop(task, None)
+        if session_id is None:
+            return
         if task.cancelled():
             return
         error = task.exception()
