@@ -1,8 +1,9 @@
 /*
  * dsh._speedups: the read path's per-record work in C (optional; every function has a Python twin).
  *
- * Three jobs, over records `orjson` just parsed from a session log and over the text they were parsed
- * from (docs/architecture.md#read-path):
+ * Two jobs, over records `orjson` just parsed from a session log and over the text they were parsed
+ * from (docs/architecture.md#read-path), plus `configure` (the classes records become and the known
+ * types, set once by `dsh.session.stored`) and `learn_keys` (see there; speed only):
  *
  * - `check_records(records, start, freeze)`: the fast acceptance verdict of each record, exactly the
  *   verdicts of `dsh.session.fastcheck.fast_check` (a differential test pins it), plus each record's

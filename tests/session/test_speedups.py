@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from dsh._accel import speedups
 from dsh._lazy_json import LazyFrozenDict, LazyFrozenList
-from dsh.json import FrozenDict
+from dsh.json import SAFE_INT_MAX, FrozenDict
 from dsh.session.events import KNOWN_EVENT_TYPES, SessionEvent
 from dsh.session.fastcheck import fast_check
 from dsh.session.stored import may_hold_negative_zero
@@ -106,6 +106,13 @@ def test_events_made_in_place_hold_their_type_and_are_released() -> None:
     gc.collect()
     assert sys.getrefcount(SessionEvent) == events_before
     assert sys.getrefcount(LazyFrozenDict) == views_before
+
+
+@needs_c
+def test_the_c_safe_integer_bound_is_the_libraries() -> None:
+    """The C check's safe-integer bound is `dsh.json.SAFE_INT_MAX`."""
+    assert speedups is not None
+    assert speedups.SAFE_INT_MAX == SAFE_INT_MAX
 
 
 @needs_c
