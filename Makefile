@@ -72,4 +72,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(BENCH)
 
 clean:
-	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache src/dsh/_speedups.*.so
