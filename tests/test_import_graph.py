@@ -43,6 +43,7 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dsh._speedups",
             "dsh.abort",
             "dsh.config",
+            "dsh.config_files",
             "dsh.errors",
             "dsh.json",
             "dsh.services",

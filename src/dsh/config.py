@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -31,18 +32,28 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from dsh.errors import ConfigError
 
+if TYPE_CHECKING:
+    from dsh.config_files import LoadedConfig
+
 __all__ = [
     "DEFAULT_COLD_READ_CONCURRENCY",
     "DEFAULT_MODEL",
     "DEFAULT_MODEL_BASE_URL",
     "AgentConfig",
+    "ApprovalPolicy",
+    "ApprovalRuleConfig",
+    "ApprovalsConfig",
     "CacheConfig",
     "Config",
     "ModelConfig",
     "PersistenceConfig",
     "PostgresConfig",
+    "RuleAction",
+    "SandboxConfig",
+    "SandboxMode",
     "ServerConfig",
     "SubagentConfig",
+    "ToolsConfig",
     "default_home",
 ]
 
@@ -188,6 +199,102 @@ class AgentConfig(_Section):
     log_chunks: bool = False
     cancel_grace_s: float = Field(default=5.0, ge=0)
     system_prompt: str | None = None
+    instructions: str | None = None
+    time_context: bool = True
+    time_zone: str | None = None
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"invalid agent.time_zone {value!r}: not a known IANA time zone") from None
+        return value
+
+
+SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
+"""How far the `bash` tool's sandbox confines a command (docs/tools.md#the-sandbox)."""
+
+ApprovalPolicy = Literal["ask", "never"]
+"""What an `ask` rule does: ask someone, or reject without asking (docs/tools.md#approvals)."""
+
+RuleAction = Literal["allow", "ask", "deny"]
+"""What an approval rule does with a matching tool call."""
+
+
+def _sandbox_alias(value: object) -> object:
+    # `off` is the spelling people reach for; the harness's vocabulary calls it danger-full-access.
+    return "danger-full-access" if value == "off" else value
+
+
+_SandboxModeSetting = Annotated[SandboxMode, BeforeValidator(_sandbox_alias)]
+
+
+class ApprovalRuleConfig(_Section):
+    """One approval rule: a tool name (`*` for any), a pattern over the call's subject, and an action.
+
+    The subject is what the rule is about: the command of a `bash` call, the path of a file tool, the
+    pattern of a search, the compact JSON arguments of any other tool. Patterns use shell wildcards
+    (`*`, `?`, `[...]`) and must match the whole subject (docs/tools.md#approval-rules).
+    """
+
+    tool: str = Field(min_length=1)
+    pattern: str = "*"
+    action: RuleAction
+
+
+class ApprovalsConfig(_Section):
+    """Approvals of tool calls (docs/tools.md#approvals).
+
+    Attributes:
+        policy: `ask` asks someone when a rule says `ask`; `never` rejects those calls without asking.
+        allow_all: Run every call without asking (deny rules still apply).
+        rules: Rules checked before the defaults, first match wins.
+        timeout_s: How long a request pending on the HTTP API waits before it is denied.
+    """
+
+    policy: ApprovalPolicy = "ask"
+    allow_all: bool = False
+    rules: tuple[ApprovalRuleConfig, ...] = ()
+    timeout_s: float = Field(default=300.0, gt=0, le=86_400)
+
+    @field_validator("rules", mode="before")
+    @classmethod
+    def _rule_list(cls, value: object) -> object:
+        # A list of rules (or of rule tables) is as good as a tuple; the stored value is a tuple.
+        if isinstance(value, list):
+            return tuple(ApprovalRuleConfig(**item) if isinstance(item, dict) else item for item in value)
+        return value
+
+
+class SandboxConfig(_Section):
+    """The `bash` tool's sandbox (docs/tools.md#the-sandbox).
+
+    Attributes:
+        mode: `read-only`, `workspace-write` or `danger-full-access` (`off` is accepted for the last).
+        network: Allow network connections inside the sandbox.
+        when_unavailable: Where bubblewrap cannot run: `refuse` the tool, or `warn` once and run unsandboxed.
+    """
+
+    mode: _SandboxModeSetting = "workspace-write"
+    network: bool = False
+    when_unavailable: Literal["refuse", "warn"] = "refuse"
+
+
+class ToolsConfig(_Section):
+    """Limits of the workspace tools (docs/tools.md#workspace-tools)."""
+
+    bash_timeout_ms: int = Field(default=120_000, ge=1, le=_MAX_INT32)
+    bash_max_timeout_ms: int = Field(default=600_000, ge=1, le=_MAX_INT32)
+    bash_max_output_bytes: int = Field(default=64_000, ge=256, le=_MAX_INT32)
+    read_max_lines: int = Field(default=2000, ge=1, le=1_000_000)
+    read_max_bytes: int = Field(default=50 * 1024, ge=256, le=_MAX_INT32)
+    glob_max_results: int = Field(default=100, ge=1, le=100_000)
+    grep_max_matches: int = Field(default=250, ge=1, le=100_000)
 
 
 def default_home() -> Path:
@@ -203,6 +310,9 @@ _SECTIONS: Final[dict[str, type[_Section]]] = {
     "server": ServerConfig,
     "model": ModelConfig,
     "agent": AgentConfig,
+    "approvals": ApprovalsConfig,
+    "sandbox": SandboxConfig,
+    "tools": ToolsConfig,
 }
 
 _FLAT: Final[dict[str, str]] = {"DSH_HOME": "home", "DSH_DATABASE_URL": "database_url"}
@@ -220,6 +330,7 @@ _FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "DSH_PG_SCHEMA": ("postgres", "schema_name"),
     "DSH_PG_LEASE_TTL_S": ("postgres", "lease_ttl_s"),
     "DSH_PG_LEASE_RENEW_S": ("postgres", "lease_renew_s"),
+    "DSH_SANDBOX": ("sandbox", "mode"),
 }
 """Flat names of section fields. An empty flat variable counts as unset; when both a flat name and
 the nested `DSH_<SECTION>__<FIELD>` are set, the nested one wins (it is the canonical spelling)."""
@@ -274,6 +385,8 @@ def _parse_env(name: str, value: str, info: FieldInfo) -> Any:
     if info.metadata:
         target = Annotated[(target, *info.metadata)]
     try:
+        if value.lstrip().startswith(("[", "{")):
+            return TypeAdapter(target).validate_json(value)  # a list or table setting, written as JSON
         return TypeAdapter(target).validate_strings(value)
     except ValidationError as error:
         raise ConfigError(_describe(error, f"environment variable {name}")) from None
@@ -298,6 +411,9 @@ class Config(BaseSettings):
     server: ServerConfig = Field(default_factory=ServerConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -313,6 +429,54 @@ class Config(BaseSettings):
                 raise ValueError("home must not be empty")
             return Path(value).expanduser()
         return value
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox_shorthand(cls, value: object) -> object:
+        # `sandbox = "off"` (or any mode) is short for `[sandbox] mode = ...`.
+        return {"mode": value} if isinstance(value, str) else value
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        workspace: str | Path | None = None,
+        user_file: str | Path | None = None,
+        read_user_file: bool = True,
+        overrides: dict[str, Any] | None = None,
+    ) -> Config:
+        """The configuration from the files, the environment and `overrides` (docs/cli.md#configuration-files).
+
+        Precedence, highest first: `overrides` (command-line flags), the environment, the
+        workspace's `.dsh/config.toml`, the user's `~/.config/dsh/config.toml`, the defaults.
+        `Config()` itself reads no file; only this method does.
+
+        Raises:
+            ConfigError: `CONFIG_INVALID` naming the file and line/column of a TOML syntax error, or
+                the file and key path of an invalid value.
+        """
+        return cls.load_with_sources(
+            workspace=workspace, user_file=user_file, read_user_file=read_user_file, overrides=overrides
+        ).config
+
+    @classmethod
+    def load_with_sources(
+        cls,
+        *,
+        workspace: str | Path | None = None,
+        user_file: str | Path | None = None,
+        read_user_file: bool = True,
+        overrides: dict[str, Any] | None = None,
+    ) -> LoadedConfig:
+        """Like `load`, and also where each setting came from (what `dsh config` prints)."""
+        from dsh.config_files import load_config
+
+        return load_config(
+            workspace=Path(workspace) if workspace is not None else None,
+            user_file=Path(user_file) if user_file is not None else None,
+            read_user_file=read_user_file,
+            overrides=overrides or {},
+        )
 
     @classmethod
     def settings_customise_sources(

@@ -47,6 +47,7 @@ Class tree (module in parentheses):
     ├── SubagentDepthError                     dsh.subagent.errors
     ├── AgentError                             dsh.agent.errors
     ├── ToolError                              dsh.agent.errors
+    ├── ApprovalError                          dsh.agent.errors
     └── ModelError                             dsh.agent.errors
 
 Codes (each listed once; the meaning is the one failure kind the code names):
@@ -120,6 +121,21 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     PERSISTENCE_FLUSH_FAILED                   a turn stopped because its session could not be flushed
     SESSION_OWNED_BY_SUBAGENT                  a generic agent route refused a subagent-origin session
     DUPLICATE_TOOL                             a tool name is already registered
+    TOOL_INVALID                               a function cannot be made a tool (hints, parameters, name)
+    PATH_OUTSIDE_WORKSPACE                     a workspace tool's path resolves outside the workspace root
+    FILE_NOT_FOUND                             a file a workspace tool needs does not exist
+    FILE_NOT_REGULAR                           a workspace tool's path is a folder or another non-file
+    FILE_NOT_TEXT                              a file is binary or not valid UTF-8
+    READ_OUT_OF_RANGE                          a read's offset lies past the end of the file
+    EDIT_NOT_FOUND                             an edit's old text does not occur in the file
+    EDIT_AMBIGUOUS                             an edit's old text occurs more than once and replace_all is off
+    SEARCH_FAILED                              a glob or grep search could not run (bad pattern, ripgrep failure)
+    SANDBOX_DENIED                             the sandbox mode forbids the change (read-only mode)
+    SANDBOX_UNAVAILABLE                        bubblewrap cannot run and the sandbox settings refuse to run unconfined
+    APPROVAL_RULE_DENIED                       a deny rule matched a tool call, which did not run
+    APPROVAL_REJECTED                          the approval of a tool call was refused (by a person or the never policy)
+    APPROVAL_UNAVAILABLE                       a tool call needed approval and no one could give it
+    APPROVAL_NOT_FOUND                         an approval decision named a request that is not pending
     MODEL_NOT_CONFIGURED                       no usable model key or base URL is configured
     MODEL_AUTH                                 the model endpoint refused the credentials
     MODEL_RATE_LIMITED                         the model endpoint kept rate-limiting after retries

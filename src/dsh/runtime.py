@@ -17,13 +17,19 @@ store with one clear error (`STORE_MISCONFIGURED`), and starts no agents.
 
 Agents (docs/agent.md): `create_agent`, `resume_agent`, `run` and `settle` drive live agents on the
 runtime's model client — the one passed to `open(model=...)`, or an OpenAI-compatible client built
-from `config.model` on first use (so a runtime without a key works until a model is needed).
+from `config.model` on first use (so a runtime without a key works until a model is needed). Their
+tools are the four subagent tools (unless `subagent_tools=False`), the workspace tools when a
+`workspace` is given, and the caller's tools (plain functions are made tools with `dsh.tool`); an
+agent may get more of its own. Every agent runs with the runtime's `Permissions` (from
+`config.approvals` and `config.sandbox` unless given) and asks through `services.approvals`
+(docs/tools.md#approvals); its system prompt is composed by `dsh.agent.instructions`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import os
@@ -56,13 +62,30 @@ if TYPE_CHECKING:
     # The agent loop, the tools (pydantic models) and the config (pydantic-settings) load when a
     # runtime is built or an agent starts, not when this module is imported
     # (docs/architecture.md#import-cost).
+    from dsh.agent.approval import ApprovalBroker, Permissions
     from dsh.agent.loop import Agent, AgentOptions, TurnResult
     from dsh.agent.messages import Source
     from dsh.agent.model import ModelClient
     from dsh.agent.tools import Tool, ToolRegistry
     from dsh.config import Config
 
+    ToolLike = Tool | Callable[..., object]
+    """A tool, or a type-hinted function `dsh.tool` makes one of."""
+
 __all__ = ["Runtime", "backend_for"]
+
+
+def _as_tool(item: object) -> Tool:
+    """A tool as it is; a plain function made a tool with `dsh.tool`."""
+    from dsh.agent.tools import Tool
+
+    if isinstance(item, Tool):
+        return item
+    if callable(item):
+        from dsh.agent.function_tool import tool
+
+        return tool(item)
+    raise ConfigError(f"not a tool or a function: {item!r}")
 
 
 def _owned_by_subagent(session_id: str) -> AgentError:
@@ -165,11 +188,14 @@ class Runtime:
         model: ModelClient | None = None,
         ids: IdFactory | None = None,
         clock: Callable[[], int] | None = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[ToolLike] = (),
         timer: Timer | None = None,
         backend: StorageBackend | None = None,
         use_cache: bool = True,
         read_only: bool = False,
+        workspace: str | os.PathLike[str] | None = None,
+        subagent_tools: bool = True,
+        permissions: Permissions | None = None,
     ) -> None:
         from dsh.config import Config
 
@@ -189,9 +215,19 @@ class Runtime:
         self._use_cache = use_cache
         self.read_only = read_only
         """Opened read-only: nothing is created or changed, and no agent starts."""
-        self._extra_tools = tuple(tools)
+        self._extra_tools = tuple(_as_tool(item) for item in tools)
+        self._subagent_tools = subagent_tools
+        self.workspace: Path | None = None
+        """The workspace folder (its real path) when the runtime has the workspace tools."""
+        if workspace is not None:
+            real = Path(os.path.realpath(os.fspath(workspace)))
+            if not real.is_dir():
+                raise ConfigError(f"the workspace {os.fspath(workspace)} is not a folder")
+            self.workspace = real
+        self._permissions = permissions
+        self._agents_md: str | None = None
         self._tools: ToolRegistry | None = None
-        if self._extra_tools:
+        if self._extra_tools or self.workspace is not None:
             self._tools = self._build_tools()  # a name clash raises here, at open
         self.services = Services()
         self._opened = False
@@ -206,11 +242,14 @@ class Runtime:
         model: ModelClient | None = None,
         ids: IdFactory | None = None,
         clock: Callable[[], int] | None = None,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[ToolLike] = (),
         timer: Timer | None = None,
         backend: StorageBackend | None = None,
         use_cache: bool = True,
         read_only: bool = False,
+        workspace: str | os.PathLike[str] | None = None,
+        subagent_tools: bool = True,
+        permissions: Permissions | None = None,
     ) -> Runtime:
         """A runtime to enter with `async with` (config errors are raised here, before any service starts).
 
@@ -221,7 +260,8 @@ class Runtime:
                 passes: the runtime never closes it.
             ids: The id factory (default: random ids); a `SequentialIds` makes a run reproducible.
             clock: The epoch-ms clock of the session store (default: the wall clock).
-            tools: Tools added to the runtime's default tool set.
+            tools: Tools added to the runtime's default tool set; a plain function is made a tool
+                with `dsh.tool`.
             timer: The persistence and cache timer (tests drive a manual one).
             backend: A storage backend to use instead of the one `config.database_url` selects.
             use_cache: Open the projection cache.
@@ -229,6 +269,12 @@ class Runtime:
                 home is not created, SQLite files open with `mode=ro`, the projection cache is
                 used only when its file exists, and no agent starts. A `backend` passed in is used
                 as given. A missing store raises `StoreMisconfiguredError` when entered.
+            workspace: Give every agent the workspace tools (`read`, `write`, `edit`, `glob`, `grep`,
+                `bash`) confined to this folder; its `AGENTS.md` joins the system prompt.
+            subagent_tools: Offer the four subagent tools (`agent`, `list_agents`, `send_message`,
+                `interrupt_agent`).
+            permissions: What tool calls may do without asking (default: from `config.approvals`
+                and `config.sandbox`).
         """
         if config is None:
             from dsh.config import Config
@@ -244,6 +290,9 @@ class Runtime:
             backend=backend,
             use_cache=use_cache,
             read_only=read_only,
+            workspace=workspace,
+            subagent_tools=subagent_tools,
+            permissions=permissions,
         )
 
     # ---------------------------------------------------------------- accessors
@@ -260,9 +309,32 @@ class Runtime:
 
     def _build_tools(self) -> ToolRegistry:
         from dsh.agent.tools import ToolRegistry
-        from dsh.tools import default_tools
 
-        return ToolRegistry([*default_tools(self.config.subagent), *self._extra_tools])
+        tools: list[Tool] = []
+        if self._subagent_tools:
+            from dsh.tools import default_tools
+
+            tools += default_tools(self.config.subagent)
+        if self.workspace is not None:
+            from dsh.tools.workspace import workspace_tools
+
+            tools += workspace_tools(self.workspace, tools=self.config.tools, sandbox=self.config.sandbox)
+        return ToolRegistry([*tools, *self._extra_tools])
+
+    @property
+    def permissions(self) -> Permissions:
+        """The permissions every agent of this runtime starts with (a subagent inherits its parent's)."""
+        if self._permissions is None:
+            from dsh.agent.approval import Permissions
+
+            self._permissions = Permissions.from_config(self.config)
+        return self._permissions
+
+    @property
+    def approvals(self) -> ApprovalBroker:
+        """Where approval questions go (`services.approvals`): set an answerer, or decide pending requests."""
+        assert self.services.approvals is not None
+        return self.services.approvals
 
     @property
     def sessions(self) -> SessionStore:
@@ -337,6 +409,13 @@ class Runtime:
         backend = self._backend if self._backend is not None else backend_for(config, read_only=self.read_only)
         sessions = SessionStore(clock=self._clock, id_factory=self._ids.session)
         services.sessions = sessions
+        if not self.read_only:
+            from dsh.agent.approval import ApprovalBroker
+            from dsh.agent.instructions import read_agents_md
+
+            services.approvals = ApprovalBroker(clock=self._clock)
+            if self.workspace is not None:
+                self._agents_md = await asyncio.to_thread(read_agents_md, self.workspace)
         persistence = PersistenceCoordinator(
             backend,
             sessions,
@@ -469,26 +548,64 @@ class Runtime:
             "model": client_model if isinstance(client_model, str) else self.config.model.model,
             "max_steps": settings.max_steps,
             "max_tokens": self.config.model.max_tokens,
-            "system_prompt": settings.system_prompt,
             "log_chunks": settings.log_chunks,
             "cancel_grace_s": settings.cancel_grace_s,
+            "permissions": self.permissions,
+            "time_context": settings.time_context,
+            "time_zone": settings.time_zone,
         }
         values.update(overrides)
+        if "system_prompt" not in overrides:
+            values["system_prompt"] = self.system_prompt(self.tools)
         return AgentOptions(**values)  # type: ignore[arg-type]
 
+    def system_prompt(self, tools: ToolRegistry, instructions: str | None = None) -> str | None:
+        """The system prompt of an agent with `tools` and its own `instructions` (docs/agent.md#instructions)."""
+        from dsh.agent.instructions import agents_md_section, compose, default_system_prompt
+
+        settings = self.config.agent
+        base = settings.system_prompt
+        if base is None:
+            workspace = str(self.workspace) if self.workspace is not None else None
+            base = default_system_prompt(tools.names(), workspace=workspace)
+        agents_md = agents_md_section(self._agents_md) if self._agents_md is not None else None
+        return compose(base, settings.instructions, instructions, agents_md)
+
+    def _registry(self, tools: Sequence[ToolLike] | None) -> ToolRegistry:
+        if not tools:
+            return self.tools
+        from dsh.agent.tools import ToolRegistry
+
+        return ToolRegistry([*self.tools, *(_as_tool(item) for item in tools)])
+
     def start_agent(
-        self, session: Session, *, options: AgentOptions | None = None, tools: ToolRegistry | None = None
+        self,
+        session: Session,
+        *,
+        options: AgentOptions | None = None,
+        tools: ToolRegistry | None = None,
+        keep_recorded_prompt: bool = True,
     ) -> Agent:
         """Wrap a live session in an `Agent`, register it and start its worker.
+
+        A session whose own log records a `request/header` keeps the system prompt recorded there
+        (a resumed agent goes on with the instructions it was given), unless `keep_recorded_prompt`
+        is False.
 
         Raises:
             AgentError: `DUPLICATE_AGENT` when an agent already holds the id; `AGENT_CLOSING` while
                 the runtime closes.
             ModelError: `MODEL_NOT_CONFIGURED` when no model client is available.
         """
+        from dsh.agent.instructions import recorded_system_prompt
         from dsh.agent.loop import Agent
 
         self._refuse_closing()
+        options = options if options is not None else self.agent_options()
+        if keep_recorded_prompt:
+            recorded = recorded_system_prompt(session)
+            if recorded is not None:
+                options = dataclasses.replace(options, system_prompt=recorded or None)
         agent = Agent(
             session,
             model=self.model_client(),
@@ -496,35 +613,58 @@ class Runtime:
             sessions=self.sessions,
             services=self.services,
             ids=self._ids,
-            options=options if options is not None else self.agent_options(),
+            options=options,
         )
         self.agents.register(agent)
         agent.start()
         return agent
 
     async def create_agent(
-        self, session_id: str | None = None, *, cwd: str | None = None, options: AgentOptions | None = None
+        self,
+        session_id: str | None = None,
+        *,
+        cwd: str | None = None,
+        options: AgentOptions | None = None,
+        tools: Sequence[ToolLike] | None = None,
+        instructions: str | None = None,
     ) -> Agent:
         """A new top-level session with a live, registered agent.
+
+        Args:
+            session_id: The new session's id (default: a fresh one).
+            cwd: The header's cwd (default: the workspace, when the runtime has one).
+            options: The agent's options (default: `agent_options()` with its composed system prompt).
+            tools: Tools this agent gets besides the runtime's (plain functions are made tools).
+            instructions: This agent's instructions, appended to the system prompt.
 
         Raises:
             ModelError: `MODEL_NOT_CONFIGURED` (checked before the session is created).
             SessionError: `SESSION_ALREADY_EXISTS` or `INVALID_HEADER` for a bad id or cwd.
+            ToolError: `DUPLICATE_TOOL` when one of `tools` has the name of a runtime tool.
         """
         self._refuse_closing()
         self.model_client()
+        registry = self._registry(tools)
+        if options is None:
+            options = self.agent_options(system_prompt=self.system_prompt(registry, instructions))
+        if cwd is None and self.workspace is not None:
+            cwd = str(self.workspace)
         session = self.sessions.create(session_id, header=HeaderInit(cwd=cwd))
         try:
-            return self.start_agent(session, options=options)
+            return self.start_agent(session, options=options, tools=registry)
         except BaseException:
             self.sessions.dispose(session)
             raise
 
-    async def resume_agent(self, session_id: str) -> Agent:
+    async def resume_agent(
+        self, session_id: str, *, tools: Sequence[ToolLike] | None = None, instructions: str | None = None
+    ) -> Agent:
         """The live agent of a top-level session: the registered one, or the session resumed from storage.
 
         A session whose header says `origin: "subagent"` is refused: its parent drives it through
-        subagent delivery, never a generic route (docs/catalog.md#rows-on-the-wire).
+        subagent delivery, never a generic route (docs/catalog.md#rows-on-the-wire). A resumed
+        agent keeps the system prompt its log records, unless `instructions` are given (the prompt
+        is then composed again with them). `tools` are added to the runtime's for a resumed agent.
 
         Raises:
             AgentError: `SESSION_OWNED_BY_SUBAGENT` for a subagent session.
@@ -538,8 +678,12 @@ class Runtime:
             raise _owned_by_subagent(session_id)
         if agent is not None:
             return agent
+        registry = self._registry(tools)
+        options = None
+        if instructions is not None:
+            options = self.agent_options(system_prompt=self.system_prompt(registry, instructions))
         if live is not None:
-            return self.start_agent(live)
+            return self.start_agent(live, options=options, tools=registry, keep_recorded_prompt=instructions is None)
         self.model_client()
         prepared = await self.persistence.prepare(session_id)
         session = prepared.session
@@ -552,7 +696,7 @@ class Runtime:
             await prepared.close()
             raise
         try:
-            return self.start_agent(session)
+            return self.start_agent(session, options=options, tools=registry, keep_recorded_prompt=instructions is None)
         except BaseException:
             self.sessions.dispose(session)
             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from dsh.agent.approval import ApprovalBroker
     from dsh.agent.loop import Agent
     from dsh.agent.registry import AgentRegistry
     from dsh.persistence.base import SessionPersistence
@@ -37,6 +38,7 @@ class Services:
         query: SessionQuery | None = None,
         agents: AgentRegistry[Agent] | None = None,
         subagents: SubagentRuntime | None = None,
+        approvals: ApprovalBroker | None = None,
     ) -> None:
         self.sessions = sessions
         self.persistence = persistence
@@ -45,6 +47,7 @@ class Services:
         self.query = query
         self.agents = agents
         self.subagents = subagents
+        self.approvals = approvals
 
     def __repr__(self) -> str:
         mounted = ", ".join(f"{name}={type(value).__name__}" for name, value in vars(self).items() if value is not None)

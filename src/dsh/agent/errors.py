@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from dsh.errors import DshError
 
-__all__ = ["AgentError", "ModelError", "ToolError"]
+__all__ = ["AgentError", "ApprovalError", "ModelError", "ToolError"]
 
 
 class AgentError(DshError):
@@ -39,13 +39,59 @@ class AgentError(DshError):
 
 
 class ToolError(DshError):
-    """The tool registry refused a registration."""
+    """A tool could not be registered or built, or a tool body failed in a way it names.
 
-    codes: ClassVar[frozenset[str]] = frozenset({"DUPLICATE_TOOL"})
+    The workspace tools raise it from their bodies; the loop turns it into an errored result that
+    carries `error: {name, code}` (docs/tools.md#workspace-tools).
 
-    def __init__(self, message: str, *, code: str = "DUPLICATE_TOOL", name: str | None = None) -> None:
+    Attributes:
+        name: The tool's name, when one is concerned.
+        path: The file or folder concerned, as the model gave it, when there is one.
+    """
+
+    codes: ClassVar[frozenset[str]] = frozenset(
+        {
+            "DUPLICATE_TOOL",
+            "TOOL_INVALID",
+            "PATH_OUTSIDE_WORKSPACE",
+            "FILE_NOT_FOUND",
+            "FILE_NOT_REGULAR",
+            "FILE_NOT_TEXT",
+            "READ_OUT_OF_RANGE",
+            "EDIT_NOT_FOUND",
+            "EDIT_AMBIGUOUS",
+            "SEARCH_FAILED",
+            "SANDBOX_DENIED",
+            "SANDBOX_UNAVAILABLE",
+        }
+    )
+
+    def __init__(
+        self, message: str, *, code: str = "DUPLICATE_TOOL", name: str | None = None, path: str | None = None
+    ) -> None:
         super().__init__(message, code=code)
         self.name = name
+        self.path = path
+
+
+class ApprovalError(DshError):
+    """A tool call was not approved, or an approval decision was refused.
+
+    The loop records the first three codes on the `tool/result` of a call that did not run
+    (docs/tools.md#approvals); the HTTP route answers `APPROVAL_NOT_FOUND` for a decision on a
+    request that is not pending.
+
+    Attributes:
+        approval_id: The approval request concerned, when there is one.
+    """
+
+    codes: ClassVar[frozenset[str]] = frozenset(
+        {"APPROVAL_RULE_DENIED", "APPROVAL_REJECTED", "APPROVAL_UNAVAILABLE", "APPROVAL_NOT_FOUND"}
+    )
+
+    def __init__(self, message: str, *, code: str, approval_id: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.approval_id = approval_id
 
 
 class ModelError(DshError):

@@ -24,19 +24,22 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import orjson
 
 from dsh.abort import AbortController, AbortSignal
+from dsh.agent import _gate
+from dsh.agent._context import HeaderLog, KnobLog, context_message, granted_rules, header_of
 from dsh.agent.assembler import MessageAssembler, ToolCall
 from dsh.agent.errors import AgentError, ModelError
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import Source, UserSource, source_json, text, text_of_blocks
 from dsh.agent.model import ModelChunk, ModelClient, ModelRequest, RequestMeta, Usage, chunk_to_json
 from dsh.agent.registry import AgentStatus, StatusListener
-from dsh.agent.tools import ToolContext, ToolRegistry
+from dsh.agent.tools import Tool, ToolContext, ToolRegistry
 from dsh.json import is_json
 from dsh.session.events import SessionEvent
 from dsh.session.session import Session
 from dsh.session.store import SessionStore
 
 if TYPE_CHECKING:
+    from dsh.agent.approval import ApprovalRule, Permissions
     from dsh.services import Services
 
 __all__ = ["Agent", "AgentOptions", "CancelCause", "ChunkListener", "InboxItem", "PreStepHook", "TurnResult"]
@@ -71,8 +74,13 @@ class AgentOptions:
         temperature: The sampling temperature, if set.
         log_chunks: Log every streamed chunk as an `assistant/chunk` event.
         cancel_grace_s: How long a cancelled tool body may take to notice its signal before its task is cancelled.
-        agent_key: The script track a scripted model answers from (`main` for a top-level agent).
+        agent_key: The script track a scripted model answers from (`main` for a top-level agent); also
+            the label an approval request shows.
         subagent_depth: The delegation depth this agent runs at, when it was started as a subagent.
+        permissions: What the agent's tool calls may do without asking (docs/tools.md#approvals);
+            None runs every call without a question.
+        time_context: Give the model the current date and time (and the permissions) once per turn.
+        time_zone: The IANA zone the time is given in (None: the prompt's `clientTimeZone`, else local).
     """
 
     model: str
@@ -84,6 +92,9 @@ class AgentOptions:
     cancel_grace_s: float = 5.0
     agent_key: str = "main"
     subagent_depth: int | None = None
+    permissions: Permissions | None = None
+    time_context: bool = False
+    time_zone: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +214,9 @@ class Agent:
         self._chunk_listeners: list[ChunkListener] = []
         self._results: dict[str, asyncio.Future[TurnResult]] = {}
         self._last_turn: int | None = None  # the highest turn number in the log, scanned once
+        self._headers = HeaderLog()
+        self._knobs = KnobLog()
+        self._granted: list[ApprovalRule] | None = None  # the session's "always" grants, folded once
         self.last_error: BaseException | None = None
         """The last flush failure (or unexpected turn failure), for callers that must know."""
 
@@ -446,6 +460,8 @@ class Agent:
         try:
             self._append("turn/start", {"turn": number})
             try:
+                if self._options.permissions is not None:
+                    self._knobs.note(self._session, self._options.permissions)
                 outcome = await self._steps(item, turn)
             except _FlushFailed as failure:
                 self.last_error = failure.error
@@ -516,6 +532,10 @@ class Agent:
                         "source": dict(item.source),
                     },
                 )
+                if options.time_context:
+                    self._append_context(turn.number, item)
+            tools = self._tools.schemas()
+            self._note_request_header(tools)
             self._note_request_context()
             try:
                 await self._flush()
@@ -525,7 +545,7 @@ class Agent:
             if turn.cancelled():
                 self._append("step/end", {"turn": turn.number, "step": step})
                 return _StepOutcome(_aborted(turn), output, usage)
-            assembler, chunk_seqs, failure = await self._stream(turn, step)
+            assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
             if assembler.usage is not None:
                 usage = assembler.usage if usage is None else usage + assembler.usage
             if failure is not None or turn.cancelled():
@@ -560,7 +580,9 @@ class Agent:
 
     # ---------------------------------------------------------------- model
 
-    async def _stream(self, turn: _Turn, step: int) -> tuple[MessageAssembler, list[int], ModelError | None]:
+    async def _stream(
+        self, turn: _Turn, step: int, tools: list[dict[str, Any]]
+    ) -> tuple[MessageAssembler, list[int], ModelError | None]:
         """Stream one model request into an assembler; returns the chunk seqs logged and any model failure."""
         options = self._options
         request = ModelRequest(
@@ -568,7 +590,7 @@ class Agent:
             system=options.system_prompt,
             # The frozen messages themselves: clients only read them, so nothing is copied per request.
             messages=self._session.derive_messages(),
-            tools=self._tools.schemas(),
+            tools=tools,
             meta=RequestMeta(self.id, options.agent_key, turn.number, step),
             max_tokens=options.max_tokens,
             temperature=options.temperature,
@@ -642,6 +664,34 @@ class Agent:
             data["interrupted"] = True
         return self._session.append("assistant/message", data, source_event_seqs=chunk_seqs or None)
 
+    def _note_request_header(self, tools: list[dict[str, Any]]) -> None:
+        """Write `request/header` at this agent's first request and whenever the header changed."""
+        options = self._options
+        header = header_of(
+            provider=self._model.provider,
+            model=options.model,
+            max_tokens=options.max_tokens,
+            temperature=options.temperature,
+            system=options.system_prompt,
+            tools=tools,
+        )
+        self._headers.note(self._session, header)
+
+    def _append_context(self, turn: int, item: InboxItem) -> None:
+        """The per-turn context message: the date and time, and the permissions in force."""
+        zone = self._options.time_zone
+        if zone is None:
+            client_zone = item.source.get("clientTimeZone")
+            zone = client_zone if isinstance(client_zone, str) else None
+        message = context_message(
+            self._ids.message(),
+            now_ms=self._sessions.clock(),
+            time_zone=zone,
+            turn=turn,
+            permissions=self._options.permissions,
+        )
+        self._append("user/message", message)
+
     def _note_request_context(self) -> None:
         """Write `request/context` when the provider or model differs from the last one in the log."""
         wanted = {"provider": self._model.provider, "model": self._options.model}
@@ -682,17 +732,29 @@ class Agent:
             text_ = f"Error: invalid arguments for {call.name}: {_validation_summary(error)}"
             self._append_result(turn.number, step, call, text_, is_error=True, call_seq=call_seq)
             return
+        context = ToolContext(
+            agent=self,
+            call_id=call.id,
+            signal=turn.signal,
+            services=self._services,
+            permissions=self._options.permissions,
+        )
         try:
-            await self._flush()
+            # The gate may ask someone (approval/asked, a flush, approval/decided); the flush below
+            # then makes the decision durable before the body runs.
+            refusal = await self._admit(tool, args, call, context)
+            if refusal is None:
+                await self._flush()
         except _FlushFailed as failure:
             self._append_result(
                 turn.number, step, call, f"Error: not run: {failure.error}", is_error=True, call_seq=call_seq
             )
             raise
-        if turn.cancelled():
-            self._append_result(turn.number, step, call, _CANCELLED_TEXT, is_error=True, call_seq=call_seq)
+        if refusal is not None or turn.cancelled():
+            text_ = _CANCELLED_TEXT if turn.cancelled() or refusal is None else refusal.text
+            why = None if turn.cancelled() or refusal is None else refusal.error
+            self._append_result(turn.number, step, call, text_, is_error=True, call_seq=call_seq, error=why)
             return
-        context = ToolContext(agent=self, call_id=call.id, signal=turn.signal, services=self._services)
         body = asyncio.get_running_loop().create_task(tool.execute(args, context), name=f"dsh-tool-{call.name}")
         await self._await_body(turn, body)
         if turn.cancelled():
@@ -700,6 +762,8 @@ class Agent:
             return
         raised = body.exception()
         if raised is not None:
+            # The model sees the message only; the traceback is for whoever reads the log at DEBUG.
+            _log.debug('agent "%s": tool "%s" raised', self.id, call.name, exc_info=raised)
             code = getattr(raised, "code", None)
             details = {"name": type(raised).__name__, "code": code} if isinstance(code, str) else None
             message = f"Error: {_message_of(raised)}"
@@ -714,8 +778,30 @@ class Agent:
                 turn.number, step, call, f"Error: {_message_of(render_error)}", is_error=True, call_seq=call_seq
             )
             return
-        kept = output if is_json(output) else None
+        # A plain string is exactly the text the model saw: keeping it again would only double the log.
+        kept = output if is_json(output) and not isinstance(output, str) else None
         self._append_result(turn.number, step, call, blocks, is_error=False, call_seq=call_seq, output=kept)
+
+    async def _admit(self, tool: Tool, args: Any, call: ToolCall, ctx: ToolContext) -> _gate.Refusal | None:
+        """Pass the call through the approval gate (docs/tools.md#approvals); None when it may run."""
+        permissions = self._options.permissions
+        if permissions is None:
+            return None
+        if self._granted is None:
+            self._granted = granted_rules(self._session)
+        return await _gate.admit(
+            tool=tool,
+            args=args,
+            call=call,
+            ctx=ctx,
+            session=self._session,
+            permissions=permissions,
+            granted=self._granted,
+            label=self._options.agent_key,
+            broker=self._services.approvals,
+            ids=self._ids,
+            flush=self._flush,
+        )
 
     async def _await_body(self, turn: _Turn, body: asyncio.Task[object]) -> None:
         """Wait for a tool body; once the turn is cancelled give it the grace, then cancel its task."""

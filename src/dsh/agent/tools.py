@@ -19,10 +19,20 @@ from dsh.agent.errors import ToolError
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from dsh.agent.approval import Permissions
     from dsh.services import Services
     from dsh.session.session import Session
 
-__all__ = ["CallingAgent", "Tool", "ToolContext", "ToolHandle", "ToolRegistry", "neutral_schema"]
+__all__ = [
+    "CallDescription",
+    "CallingAgent",
+    "DescribesCalls",
+    "Tool",
+    "ToolContext",
+    "ToolHandle",
+    "ToolRegistry",
+    "neutral_schema",
+]
 
 
 @runtime_checkable
@@ -47,12 +57,14 @@ class ToolContext:
         call_id: The model's id for this call.
         signal: Aborted when the turn is cancelled; a body that ignores it is cancelled after the grace.
         services: The runtime's services (read at call time).
+        permissions: The calling agent's permissions (its sandbox mode), when it has some.
     """
 
     agent: CallingAgent | None
     call_id: str
     signal: AbortSignal
     services: Services
+    permissions: Permissions | None = None
 
 
 @runtime_checkable
@@ -84,6 +96,30 @@ class Tool(Protocol):
 
     def render(self, args: Any, output: object) -> list[dict[str, Any]]:
         """The content blocks the model sees for `output`."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallDescription:
+    """What an approval is about: the subject rules match, and the exact command or change a person sees.
+
+    Attributes:
+        subject: What approval rules match against (a command, a workspace-relative path ...).
+        preview: The exact command or change, as shown when someone is asked.
+    """
+
+    subject: str
+    preview: str
+
+
+@runtime_checkable
+class DescribesCalls(Protocol):
+    """A tool that says what its calls are about, for approvals (docs/tools.md#approvals).
+
+    Without it, a call's subject is its compact JSON arguments.
+    """
+
+    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
+        """The subject and the preview of a call with validated `args` (it may read the workspace)."""
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from dsh.config import Config
+    from dsh.config_files import LoadedConfig
 
 __all__ = ["Globals", "app", "fail", "guarded", "primary_error"]
 
@@ -69,15 +70,28 @@ class Globals:
             words += ["--database-url", shlex.quote(mask_url(self.database_url))]
         return words
 
-    def config(self, home: Path | None = None) -> "Config":
+    def config(
+        self, home: Path | None = None, *, workspace: Path | None = None, overrides: dict[str, Any] | None = None
+    ) -> "Config":
+        """The effective configuration: these flags, the environment, then the configuration files.
+
+        The workspace file is `<workspace>/.dsh/config.toml` (the current directory when no
+        workspace is given); the user file is `~/.config/dsh/config.toml` (docs/cli.md#configuration-files).
+        """
+        return self.loaded_config(home, workspace=workspace, overrides=overrides).config
+
+    def loaded_config(
+        self, home: Path | None = None, *, workspace: Path | None = None, overrides: dict[str, Any] | None = None
+    ) -> "LoadedConfig":
+        """Like `config`, with the source of every setting (what `dsh config` prints)."""
         from dsh.config import Config
 
-        values: dict[str, Any] = {}
+        values: dict[str, Any] = dict(overrides or {})
         if home is not None or self.home is not None:
             values["home"] = home or self.home
         if self.database_url is not None:
             values["database_url"] = self.database_url
-        return Config(**values)
+        return Config.load_with_sources(workspace=workspace or Path.cwd(), overrides=values)
 
     def console(self, *, plain: bool = False, stderr: bool = False) -> "Console":
         """A console for stdout (or stderr): the terminal's width on a terminal, else 200 columns.

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 COMMAND_MODULES: Final = {
     "agents": "dsh.cli.agents",
+    "config": "dsh.cli.configuration",
     "doctor": "dsh.cli.doctor",
     "history": "dsh.cli.history",
     "run": "dsh.cli.run",

@@ -79,12 +79,17 @@ class ChildComposer:
         *,
         agent_key: str,
         depth: int,
+        parent: Agent,
         persona: str | None = None,
         model: str | None = None,
         max_tokens: int | None = None,
         extra_system: str | None = None,
     ) -> AgentOptions:
-        """The child's options: the host's defaults with the persona (and any extra note) appended."""
+        """The child's options: the host's defaults with the persona (and any extra note) appended.
+
+        The child inherits the parent's permissions, marked delegated: it can never do more without
+        asking than its parent (docs/tools.md#approvals).
+        """
         base = host.agent_options()
         parts = [part for part in (base.system_prompt, persona, extra_system) if part]
         overrides: dict[str, object] = {
@@ -92,6 +97,9 @@ class ChildComposer:
             "subagent_depth": depth,
             "system_prompt": "\n\n".join(parts) if parts else None,
         }
+        inherited = parent.options.permissions
+        if inherited is not None:
+            overrides["permissions"] = inherited.for_child()
         if model is not None:
             overrides["model"] = model
         if max_tokens is not None:

@@ -224,6 +224,7 @@ class ContinuationManager:
             # prompt in one step, so no caller cancellation can leave half a child behind.
             options = self._composer.options(
                 host,
+                parent=parent,
                 agent_key=spec.label,
                 depth=depth,
                 persona=spec.persona,
@@ -366,7 +367,7 @@ class ContinuationManager:
             if not isinstance(descriptor, ContinuableDescriptor):
                 raise _not_resumable(child_id)
             try:
-                agent = self._materialize(prepared, descriptor, header.delegation_depth)
+                agent = self._materialize(prepared, descriptor, header.delegation_depth, parent)
             except SubagentError:
                 raise
             except Exception as error:
@@ -386,11 +387,14 @@ class ContinuationManager:
         act.announced = True
         return message_id
 
-    def _materialize(self, prepared: PreparedSession, descriptor: ContinuableDescriptor, depth: int) -> Agent:
+    def _materialize(
+        self, prepared: PreparedSession, descriptor: ContinuableDescriptor, depth: int, parent: Agent
+    ) -> Agent:
         """Publish a prepared child and start its agent, composed from the descriptor (no second read)."""
         host = self._composer.host()
         options = self._composer.options(
             host,
+            parent=parent,
             agent_key=descriptor.label,
             depth=depth,
             persona=descriptor.persona,

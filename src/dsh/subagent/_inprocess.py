@@ -100,6 +100,7 @@ class InProcessProvider:
         prefix = fork_prefix(parent.session.events) if self._inherits else []
         options = composer.options(
             host,
+            parent=parent,
             agent_key=request.label or "one-shot",
             depth=depth,
             persona=request.persona,

@@ -308,9 +308,12 @@ class _RequestView:
         for message in reversed(request.messages):
             if message.get("role") != "user":
                 continue
-            if _source_kind(message) == "tool":
+            kind = _source_kind(message)
+            if kind == "tool":
                 if self.last_tool_result is None:
                     self.last_tool_result = message
+            elif kind == "plugin":
+                continue  # context the harness adds (the time, the permissions), not what someone said
             elif self.last_user is None:
                 self.last_user = message
             if self.last_user is not None and self.last_tool_result is not None:
