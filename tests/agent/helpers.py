@@ -24,7 +24,9 @@ __all__ = [
     "EchoTool",
     "HANG_GUARD_S",
     "RaisingTool",
+    "FIRST_STEP_PROLOGUE",
     "TOOL_STEP_THEN_ANSWER",
+    "prompt_texts",
     "events_of",
     "open_runtime",
     "script",
@@ -34,11 +36,22 @@ __all__ = [
 
 HANG_GUARD_S = 30.0
 
-TOOL_STEP_THEN_ANSWER = [
+FIRST_STEP_PROLOGUE = [
     "turn/start",
+    "permission/preset",
+    "sandbox/mode",
+    "approval/policy",
     "step/start",
     "user/message",
+    "user/message",
+    "request/header",
     "request/context",
+]
+"""The event types a session's first turn opens with: the permissions in force, the prompt, the per-turn
+context message, the request header and the request context."""
+
+TOOL_STEP_THEN_ANSWER = [
+    *FIRST_STEP_PROLOGUE,
     "assistant/message",
     "tool/call",
     "tool/result",
@@ -204,3 +217,12 @@ def turn_events(events: Sequence[SessionEvent], turn: int) -> list[SessionEvent]
         if inside and event.type == "turn/end":
             break
     return out
+
+
+def prompt_texts(events: Sequence[SessionEvent]) -> list[str]:
+    """The text of every `user/message` but the per-turn context messages, in order."""
+    return [
+        event.data["content"][0]["text"]  # type: ignore[index]
+        for event in events
+        if event.type == "user/message" and event.data["source"]["kind"] != "plugin"  # type: ignore[index]
+    ]

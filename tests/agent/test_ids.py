@@ -52,10 +52,10 @@ async def test_sessions_messages_and_runs_each_count_on_their_own_stream(tmp_pat
         await settle(rt)
         child_events = list((await rt.query.observe_session(child_id)).events)
     assert (result.session_id, child_id) == (_id(1, 1), _id(1, 2))
-    # The parent's turn: prompt, tool-call answer, tool result, final answer.
-    assert _message_ids(list(parent.session.events))[:4] == [_id(2, n) for n in (1, 2, 3, 4)]
-    # The child's prompt and answer continue the same message stream.
-    assert _message_ids(child_events) == [_id(2, 5), _id(2, 6)]
+    # The parent's turn: prompt, per-turn context, tool-call answer, tool result, final answer.
+    assert _message_ids(list(parent.session.events))[:5] == [_id(2, n) for n in (1, 2, 3, 4, 5)]
+    # The child's prompt, context and answer continue the same message stream.
+    assert _message_ids(child_events) == [_id(2, 6), _id(2, 7), _id(2, 8)]
     assert [event["runId"] for event in log.events] == [_id(4, 1), _id(4, 1)]
 
 

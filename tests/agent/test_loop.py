@@ -19,12 +19,14 @@ from dsh.session import Session
 from dsh.subagent.errors import SubagentError
 from dsh.subagent.providers import ContinuableSpec
 from tests.agent.helpers import (
+    FIRST_STEP_PROLOGUE,
     HANG_GUARD_S,
     TOOL_STEP_THEN_ANSWER,
     BlockingTool,
     EchoTool,
     RaisingTool,
     open_runtime,
+    prompt_texts,
     script,
     turn_events,
     types_of,
@@ -52,23 +54,22 @@ async def test_a_text_reply_writes_the_turn_events_in_order(tmp_path: Path) -> N
     async with open_runtime(tmp_path, script([{"text": "Hello there."}])) as rt:
         result = await rt.run("hi")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
-    assert types_of(events) == [
-        "turn/start",
-        "step/start",
-        "user/message",
-        "request/context",
-        "assistant/message",
-        "step/end",
-        "turn/end",
-    ]
-    user, assistant = _data(events[2]), _data(events[4])
-    assert events[2].surface_op == "append"
-    assert events[4].surface_op == "append"
+    assert types_of(events) == [*FIRST_STEP_PROLOGUE, "assistant/message", "step/end", "turn/end"]
+    user, context, assistant = _data(events[5]), _data(events[6]), _data(events[9])
+    assert events[5].surface_op == "append"
+    assert events[9].surface_op == "append"
     assert user["content"] == [{"type": "text", "text": "hi"}]
     assert user["source"] == {"kind": "user"}
+    assert context["source"]["kind"] == "plugin"
+    assert [section["name"] for section in context["source"]["sections"]] == [
+        "time-context",
+        "sandbox:policy",
+        "approval:policy",
+    ]
     assert assistant["message"]["content"] == [{"type": "text", "text": "Hello there."}]
     assert assistant["usage"] == {"inputTokens": 10, "outputTokens": 5}
-    assert _data(events[3]) == {"provider": "scripted", "model": "scripted-test"}
+    assert _data(events[7])["reason"] == "initial"
+    assert _data(events[8]) == {"provider": "scripted", "model": "scripted-test"}
     assert _data(events[-1])["reason"] == {"kind": "completed"}
     assert (result.output, result.stop_reason) == ("Hello there.", "completed")
 
@@ -81,7 +82,7 @@ async def test_a_tool_step_answers_every_call_and_a_second_step_ends_the_turn(tm
         result = await rt.run("use the tool")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
     assert types_of(events) == TOOL_STEP_THEN_ANSWER
-    call, outcome = events[5], events[6]
+    call, outcome = events[10], events[11]
     assert _data(call)["name"] == "echo"
     assert _data(call)["arguments"] == '{"text":"ping"}'
     assert outcome.source_event_seqs == [call.seq]
@@ -91,7 +92,7 @@ async def test_a_tool_step_answers_every_call_and_a_second_step_ends_the_turn(tm
     assert _result_text(block) == "echo: ping"
     assert block["output"] == {"echo": "ping"}
     assert echo.calls == ["ping"]
-    assert _data(events[8]) == {"turn": 1, "step": 2}
+    assert _data(events[13]) == {"turn": 1, "step": 2}
     assert result.output == "done"
 
 
@@ -300,11 +301,15 @@ async def test_sends_return_at_acceptance_and_run_as_fifo_turns(tmp_path: Path) 
         await asyncio.wait_for(client.wait_held("first"), HANG_GUARD_S)
         ids += [await agent.send("two"), await agent.send("three")]
         assert len(set(ids)) == 3
-        user_ids = [_data(e)["id"] for e in agent.session.events if e.type == "user/message"]
+        user_ids = [
+            _data(e)["id"]
+            for e in agent.session.events
+            if e.type == "user/message" and _data(e)["source"]["kind"] == "user"
+        ]
         assert user_ids == [ids[0]]
         client.release("first")
         await asyncio.wait_for(agent.wait_idle(), HANG_GUARD_S)
-        prompts = [_data(e)["content"][0]["text"] for e in agent.session.events if e.type == "user/message"]
+        prompts = prompt_texts(agent.session.events)
         answers = [
             _data(e)["message"]["content"][0]["text"] for e in agent.session.events if e.type == "assistant/message"
         ]
@@ -324,11 +329,11 @@ async def test_a_cancel_parks_the_inbox_until_the_next_send(tmp_path: Path) -> N
         await asyncio.wait_for(agent.wait_idle(), HANG_GUARD_S)
         assert agent.parked
         assert agent.pending == 1
-        prompts = [_data(e)["content"][0]["text"] for e in agent.session.events if e.type == "user/message"]
+        prompts = prompt_texts(agent.session.events)
         assert prompts == ["long work"]
         await agent.send("wake")
         await asyncio.wait_for(rt.settle(HANG_GUARD_S), HANG_GUARD_S)
-        prompts = [_data(e)["content"][0]["text"] for e in agent.session.events if e.type == "user/message"]
+        prompts = prompt_texts(agent.session.events)
     assert prompts == ["long work", "queued", "wake"]
 
 

@@ -19,7 +19,7 @@ from dsh.cli.main import app
 from dsh.config import Config
 from dsh.runtime import Runtime
 from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeToolCall
-from tests.agent.helpers import TOOL_STEP_THEN_ANSWER
+from tests.agent.helpers import FIRST_STEP_PROLOGUE, TOOL_STEP_THEN_ANSWER
 
 runner = CliRunner()
 KEY = "sk-cli-run-0123456789"
@@ -60,7 +60,7 @@ def test_run_completes_a_turn_on_the_openai_compatible_server(tmp_path: Path, op
     (session_id,) = asyncio.run(_session_ids(tmp_path))
     stored = asyncio.run(_events(tmp_path, session_id))
     assert [event.type for event in stored] == TOOL_STEP_THEN_ANSWER
-    assert stored[5].data["arguments"] == '{"scope": "children"}'  # type: ignore[index]
+    assert stored[10].data["arguments"] == '{"scope": "children"}'  # type: ignore[index]
     assert stored[-1].data["reason"] == {"kind": "completed"}  # type: ignore[index]
 
 
@@ -91,15 +91,7 @@ def test_run_json_prints_only_json_lines_ending_with_the_result(
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     *events, last = records
-    assert [record["event"] for record in events] == [
-        "turn/start",
-        "step/start",
-        "user/message",
-        "request/context",
-        "assistant/message",
-        "step/end",
-        "turn/end",
-    ]
+    assert [record["event"] for record in events] == [*FIRST_STEP_PROLOGUE, "assistant/message", "step/end", "turn/end"]
     assert {record["type"] for record in events} == {"event"}
     assert last == {"type": "result", "sessionId": events[0]["sessionId"], "output": "Fine.", "stopReason": "completed"}
     stored = asyncio.run(_events(tmp_path, last["sessionId"]))

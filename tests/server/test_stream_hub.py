@@ -128,7 +128,8 @@ async def test_session_events_skip_chunks_and_carry_summaries(tmp_path: Path) ->
         )
         summaries = [frame.data for frame in frames if frame.event == "session/event"]
         assert [summary["seq"] for summary in summaries] == [event.seq for event in expected]
-        by_type = {summary["type"]: summary for summary in summaries}
+        # The first `user/message` is the prompt (the per-turn context message follows it).
+        by_type = {summary["type"]: summary for summary in reversed(summaries)}
         assert by_type["user/message"]["summary"] == "hello there"
         assert by_type["assistant/message"]["summary"] == result.output
         assert by_type["turn/end"]["summary"] == {"reason": {"kind": "completed"}}

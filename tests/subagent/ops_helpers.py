@@ -225,17 +225,17 @@ def turn_ends(events: Sequence[SessionEvent]) -> list[Mapping[str, Any]]:
 
 def _user_messages(events: Sequence[SessionEvent]) -> Iterator[Mapping[str, Any]]:
     for event in events:
-        if event.type == "user/message":
+        if event.type == "user/message" and data(event)["source"].get("kind") != "plugin":
             yield data(event)
 
 
 def user_prompts(events: Sequence[SessionEvent]) -> list[str]:
-    """The text of every `user/message`, in order."""
+    """The text of every `user/message` but the per-turn context messages, in order."""
     return ["".join(block.get("text", "") for block in message["content"]) for message in _user_messages(events)]
 
 
 def user_sources(events: Sequence[SessionEvent]) -> list[Mapping[str, Any]]:
-    """The source of every `user/message`, in order."""
+    """The source of every `user/message` but the per-turn context messages, in order."""
     return [message["source"] for message in _user_messages(events)]
 
 

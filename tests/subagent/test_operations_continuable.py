@@ -146,7 +146,7 @@ async def test_start_returns_at_acceptance_before_any_model_request(tmp_path: Pa
         assert started.child_id == "00000001-0000-4000-8000-000000000002"
         await settle(rt)
         events = await stored_events(rt, started.child_id)
-    (message,) = [event for event in events if event.type == "user/message"]
+    (message,) = [event for event in events if event.type == "user/message" and data(event)["source"]["kind"] == "user"]
     assert data(message)["id"] == started.message_id
 
 

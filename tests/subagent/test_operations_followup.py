@@ -32,6 +32,7 @@ from tests.subagent.ops_helpers import (
     stored_events,
     turn_numbers,
     user_prompts,
+    user_sources,
 )
 
 
@@ -65,7 +66,7 @@ async def test_followups_to_a_running_child_queue_as_separate_turns(tmp_path: Pa
         events = await stored_events(rt, child_id)
     assert user_prompts(events) == ["task", "first", "second"]
     assert turn_numbers(events) == [1, 2, 3]
-    sources = [data["source"] for data in (e.data for e in events if e.type == "user/message")]
+    sources = user_sources(events)
     assert sources[1:] == [{"kind": "coordinator", "form": "relay", "senderSessionId": parent.id}] * 2
 
 

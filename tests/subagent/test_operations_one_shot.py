@@ -209,7 +209,16 @@ async def test_a_spawn_run_writes_its_descriptor_inside_the_first_turn(tmp_path:
         events = await stored_events(rt, run.id)
         header = (await rt.query.observe_session(run.id)).header
         rows = await rt.subagents.list_children(parent.id)
-    assert [event.type for event in events[:3]] == ["turn/start", "subagent/descriptor", "step/start"]
+    assert [event.type for event in events[:6]] == [
+        "turn/start",
+        "subagent/descriptor",
+        "permission/preset",
+        "sandbox/mode",
+        "approval/policy",
+        "step/start",
+    ]
+    # The child's permissions are its parent's, recorded as delegated.
+    assert data(events[3]) == {"mode": "workspace-write", "source": "delegation"}
     (descriptor,) = descriptor_events(events)
     assert data(descriptor) == {"version": 2, "mode": "one-shot", "provider": "spawn"}
     assert (header.parent_session, header.origin, header.cwd, header.delegation_depth) == (

@@ -20,7 +20,8 @@ def _send(subagent_id: str, message: str) -> dict[str, Any]:
 
 
 def _user_messages(events: list[Any]) -> list[Any]:
-    return [e.data for e in events if e.type == "user/message"]
+    """The `user/message` data, the per-turn context messages left out."""
+    return [e.data for e in events if e.type == "user/message" and e.data["source"]["kind"] != "plugin"]
 
 
 async def test_send_message_queues_the_next_turn_of_a_settled_child(tmp_path: Path) -> None:

@@ -460,8 +460,6 @@ class Agent:
         try:
             self._append("turn/start", {"turn": number})
             try:
-                if self._options.permissions is not None:
-                    self._knobs.note(self._session, self._options.permissions)
                 outcome = await self._steps(item, turn)
             except _FlushFailed as failure:
                 self.last_error = failure.error
@@ -521,6 +519,9 @@ class Agent:
                     await result
             if turn.cancelled():
                 return _StepOutcome(_aborted(turn), output, usage)
+            if step == 1 and options.permissions is not None:
+                # After the pre-step hooks, so a one-shot child's descriptor stays the first event of its turn.
+                self._knobs.note(self._session, options.permissions)
             self._append("step/start", {"turn": turn.number, "step": step})
             if step == 1:
                 self._append(
