@@ -348,14 +348,14 @@ class ApprovalBroker:
             done, _ = await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             aborted.cancel()
-        if answer in done and not answer.cancelled() and answer.exception() is None:
+        if signal.aborted:
+            decision = ApprovalDecision("cancelled")  # a late answer is dropped: the call is withdrawn
+        elif answer in done and not answer.cancelled() and answer.exception() is None:
             decision = _decision_of(answer.result())
         elif answer in done:
             exception = None if answer.cancelled() else answer.exception()
             _log.warning("approval answerer failed (%r); the request fails closed", exception)
             decision = ApprovalDecision("unavailable", detail="the approver failed")
-        elif signal.aborted:
-            decision = ApprovalDecision("cancelled")
         else:
             decision = ApprovalDecision("unavailable", detail=f"no decision within {timeout_s:g} s")
         if not answer.done():

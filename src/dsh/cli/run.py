@@ -7,6 +7,11 @@ streams the answer to stdout and tool activity to stderr; `--json` writes one JS
 else, to stdout. A spinner shows on stderr only when stderr is a terminal, never with `--json`. A
 reader that closes the pipe early (`| head`) simply stops the output; the run goes on. Ctrl-C
 cancels the turn, which then ends `aborted`, and exits 130 (docs/agent.md#cancellation).
+
+The agent and its subagents get the workspace tools on `--workspace DIR` (default: the current
+folder), whose `.dsh/config.toml` is read too. A tool call that needs approval is asked about on the
+terminal (`dsh.cli.approve`); with `--json` or without a terminal it is refused and the model told
+why, so an unattended run passes the `--allow` rules it needs (docs/cli.md#dsh-run).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dsh.cli.app import Globals, app, fail
+from dsh.cli.approve import AllowAllOption, AllowOption, DenyOption, TerminalApprover, permissions_from_flags
 from dsh.cli.errors import EXIT_CODES, exit_code_for_code
 from dsh.cli.text import cell, json_text, safe
 
@@ -116,7 +122,15 @@ class _Printer:
         elif event.type == "tool/result":
             summary = event_summary(session.id, event).get("summary", {})
             failed = isinstance(summary, dict) and summary.get("isError")
-            self.stderr.print("← error" if failed else "← ok", markup=False)
+            if failed:
+                from dsh.agent.messages import message_text
+
+                message = data.get("message")
+                first = message_text(message).strip().splitlines() if isinstance(message, dict) else []
+                reason = cell(f"← {safe(first[0][:200])}") if first else cell("← error")
+                self.stderr.print(reason)
+            else:
+                self.stderr.print("← ok", markup=False)
         elif event.type == "step/start" and self.spinner is None and self.stderr.is_terminal:
             self.spinner = self.stderr.status("thinking…", spinner="dots")
             self.spinner.start()
@@ -125,6 +139,32 @@ class _Printer:
         if not self.ended_with_newline:
             _write("\n")
             self.ended_with_newline = True
+
+    def before_question(self) -> None:
+        """An approval question is about to be shown: no spinner, and a fresh line."""
+        self.stop_spinner()
+        self.newline()
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """Where the agent works and what it may do: the workspace, its instructions, the permission flags."""
+
+    workspace: Path
+    instructions: str | None
+    allow: list[str]
+    deny: list[str]
+    allow_all: bool
+
+
+def _interactive(as_json: bool) -> bool:
+    """Questions are asked only on a terminal (stdin and stderr), never with `--json`."""
+    if as_json:
+        return False
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 async def _drive(
@@ -137,11 +177,13 @@ async def _drive(
     as_json: bool,
     settle: bool,
     timeout: float | None,  # noqa: ASYNC109 - the turn is cancelled (not abandoned) when it expires
+    work: _Work,
 ) -> tuple[_Outcome, str]:
     from dsh.agent.messages import UserSource
     from dsh.runtime import Runtime
 
-    config = globals_.config()
+    config = globals_.config(workspace=work.workspace)
+    permissions = permissions_from_flags(config, work.allow, work.deny, work.allow_all)
     client: ModelClient
     if script is not None:
         from dsh.agent.models.scripted import ScriptedModelClient
@@ -154,8 +196,13 @@ async def _drive(
     printer = _Printer(as_json=as_json, stderr=globals_.console(stderr=True))
     outcome = _Outcome()
     try:
-        async with Runtime.open(config, model=client) as rt:
-            agent = await rt.resume_agent(session_id) if session_id else await rt.create_agent(cwd=os.getcwd())
+        async with Runtime.open(config, model=client, workspace=work.workspace, permissions=permissions) as rt:
+            if _interactive(as_json):
+                rt.approvals.set_answerer(TerminalApprover(printer.before_question))
+            if session_id:
+                agent = await rt.resume_agent(session_id, instructions=work.instructions)
+            else:
+                agent = await rt.create_agent(instructions=work.instructions)
             if model_name is not None and script is not None:
                 agent.update_options(model=model_name)
             printer.session_id = agent.id
@@ -190,6 +237,23 @@ async def _drive(
         await client.aclose()
 
 
+def _work(
+    workspace: Path | None, instructions: Path | None, allow: list[str] | None, deny: list[str] | None, allow_all: bool
+) -> _Work:
+    from dsh.errors import ConfigError
+
+    root = Path(os.path.realpath(workspace if workspace is not None else os.getcwd()))
+    if not root.is_dir():
+        raise ConfigError(f"the workspace {workspace} is not a folder")
+    text = None
+    if instructions is not None:
+        try:
+            text = instructions.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"cannot read the instructions file {instructions}: {error}") from None
+    return _Work(root, text, list(allow or ()), list(deny or ()), allow_all)
+
+
 @app.command()
 def run(
     ctx: typer.Context,
@@ -208,13 +272,27 @@ def run(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Cancel the turn after this many seconds.", min=0)
     ] = None,
+    workspace: Annotated[
+        Path | None,
+        typer.Option("--workspace", help="The folder the tools work in (default: the current folder)."),
+    ] = None,
+    instructions: Annotated[
+        Path | None, typer.Option("--instructions", help="A file of instructions added to the system prompt.")
+    ] = None,
+    allow: AllowOption = None,
+    deny: DenyOption = None,
+    allow_all: AllowAllOption = False,
 ) -> None:
     """Run one prompt on an agent and stream the answer (`--script FILE` runs keyless).
+
+    The agent can read, search, edit and run commands in the workspace; write, edit and bash ask
+    first on a terminal, and are refused without one unless --allow lets them through.
 
     Example: dsh run "Summarise the README" --model deepseek-chat
     """
     globals_: Globals = ctx.obj
     try:
+        work = _work(workspace, instructions, allow, deny, allow_all)
         outcome, session_id = asyncio.run(
             _drive(
                 globals_,
@@ -225,6 +303,7 @@ def run(
                 as_json=as_json,
                 settle=not no_settle,
                 timeout=timeout,
+                work=work,
             )
         )
     except KeyboardInterrupt:

@@ -4,7 +4,9 @@ Layer: CLI (thin: parse, call `dsh.server.serve.serve`, report). fastapi and uvi
 only when the command runs, so `dsh demo` and every other command work without them. The token
 URL goes to stdout (once, when the token is new); warnings go to stderr. `--open` hands the UI's
 URL, token fragment included, to the system's browser (Python's `webbrowser`, which honours
-`BROWSER`) from a background thread, so a slow browser never holds the server up. A refused bind,
+`BROWSER`) from a background thread, so a slow browser never holds the server up. Agents get the
+workspace tools on `--workspace DIR` (default: the current folder); their approval questions wait on
+the HTTP API for a decision (docs/server.md#approvals). A refused bind,
 an unsafe token file or an unusable setting exits 4; Ctrl-C stops the server gracefully and exits 130.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -19,6 +22,7 @@ from typing import Annotated
 import typer
 
 from dsh.cli.app import Globals, app, fail
+from dsh.cli.approve import AllowAllOption, AllowOption, DenyOption, permissions_from_flags
 
 __all__ = ["open_in_browser", "serve"]
 
@@ -61,6 +65,13 @@ def serve(
     open_: Annotated[
         bool, typer.Option("--open", help="Open the web UI in the browser (the token goes in the URL fragment).")
     ] = False,
+    workspace: Annotated[
+        Path | None,
+        typer.Option("--workspace", help="The folder the agents' tools work in (default: the current folder)."),
+    ] = None,
+    allow: AllowOption = None,
+    deny: DenyOption = None,
+    allow_all: AllowAllOption = False,
 ) -> None:
     """Serve the HTTP API and the web UI for this home until Ctrl-C.
 
@@ -80,10 +91,13 @@ def serve(
         if not globals_.verbose:
             # The access log (method, path, status, duration) is the server's normal output.
             logging.getLogger("dsh.server").setLevel(logging.INFO)
-        config = globals_.config()
+        root = Path(os.path.realpath(workspace if workspace is not None else os.getcwd()))
+        config = globals_.config(workspace=root)
         code = asyncio.run(
             run_server(
                 config,
+                workspace=root,
+                permissions=permissions_from_flags(config, allow, deny, allow_all),
                 host=host if host is not None else config.server.host,
                 port=port if port is not None else config.server.port,
                 allow_remote=allow_remote,

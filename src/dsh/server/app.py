@@ -4,6 +4,7 @@ Layer: server (only `dsh serve`, this package and `dsh.testing` import fastapi).
 holds no business logic: routes call the runtime's services and translate their errors through the
 one status table of `dsh.server.errors`. It adds:
 
+* remote approval decisions on the runtime's `ApprovalBroker` (a question waits for `decideApproval`);
 * the routes of `dsh.server.routes` under `/api/v1`, each with its stable `operationId`, and the
   web UI's `/` and `/static/<name>` (`routes.ui`; no token, left out of the OpenAPI document);
 * exception handlers that turn `WireError`, request-validation failures (always `bad-request`, never
@@ -33,7 +34,7 @@ from dsh import __version__
 from dsh.runtime import Runtime
 from dsh.server.errors import WireError
 from dsh.server.middleware import ApiMiddleware
-from dsh.server.routes import sessions, stream, subagents, ui
+from dsh.server.routes import approvals, sessions, stream, subagents, ui
 from dsh.server.routes.deps import JsonBody, ResumeLocks
 from dsh.server.security import HostCheck
 from dsh.server.stream import PushHub
@@ -78,6 +79,10 @@ def create_app(
         openapi_url="/openapi.json",
         redirect_slashes=False,
     )
+    broker = runtime.services.approvals
+    if broker is not None and broker.answerer is None and broker.remote_timeout_s is None:
+        # Over HTTP an approval waits for `decideApproval` (docs/server.md#approvals).
+        broker.enable_remote(runtime.config.approvals.timeout_s)
     if hub is None:
         hub = PushHub(runtime)
         hub.start()
@@ -110,7 +115,7 @@ def _api_routes() -> tuple[BaseRoute, ...]:
     build them again.
     """
     template = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    for module in (sessions, subagents, stream):
+    for module in (sessions, subagents, approvals, stream):
         template.include_router(module.router, prefix="/api/v1")
     template.include_router(ui.router)
     return tuple(template.router.routes)

@@ -32,6 +32,7 @@ STATUS: Final[Mapping[str, int]] = {
     "not-found": 404,
     "session-not-found": 404,
     "subagent-not-found": 404,
+    "approval-not-found": 404,
     "method-not-allowed": 405,
     "agent-busy": 409,
     "subagent-catalog-diagnostic": 409,
@@ -77,6 +78,8 @@ LIBRARY_CODES: Final[Mapping[str, str]] = {
     "SESSION_LEASE_HELD": "agent-busy",
     # the model
     "MODEL_NOT_CONFIGURED": "model-unavailable",
+    # approvals
+    "APPROVAL_NOT_FOUND": "approval-not-found",
     # subagent delivery
     "UNAUTHORIZED": "subagent-unauthorized",
     "NOT_RESUMABLE": "subagent-not-resumable",

@@ -21,6 +21,10 @@ __all__ = [
     "MAX_PAGE",
     "MAX_TEXT_CHARS",
     "Accepted",
+    "ApprovalDecided",
+    "ApprovalDecisionBody",
+    "ApprovalList",
+    "ApprovalSummary",
     "CatalogEntry",
     "CreateSessionBody",
     "EmptyBody",
@@ -93,6 +97,12 @@ class CreateSessionBody(_Request):
     ] = None
 
 
+class ApprovalDecisionBody(_Request):
+    """The body of `decideApproval`: allow this call, allow calls like it for the session, or refuse it."""
+
+    decision: Literal["allow", "always", "deny"]
+
+
 class EmptyBody(_Request):
     """The body of a route that takes none (the interrupts, `resumeSession`): nothing, `null` or `{}`."""
 
@@ -118,6 +128,34 @@ class SessionSummary(TypedDict):
     delegationDepth: int
     status: Literal["running", "idle", "stored"]
     title: NotRequired[str]
+
+
+class ApprovalSummary(TypedDict):
+    """A tool call waiting for a decision (the `approval` of an `approval/pending` frame)."""
+
+    id: str
+    sessionId: str
+    label: str
+    toolName: str
+    subject: str
+    preview: str
+    pattern: str
+    callId: str
+    createdAt: int
+
+
+class ApprovalList(TypedDict):
+    """`listApprovals`: the pending requests, oldest first."""
+
+    items: list[ApprovalSummary]
+
+
+class ApprovalDecided(TypedDict):
+    """`decideApproval`: the request that was answered, and the answer."""
+
+    id: str
+    sessionId: str
+    decision: Literal["allow", "always", "deny"]
 
 
 class SessionList(TypedDict):

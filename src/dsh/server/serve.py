@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Generator
@@ -21,6 +22,7 @@ from typing import Final
 import uvicorn
 from fastapi import FastAPI
 
+from dsh.agent.approval import Permissions
 from dsh.agent.model import ModelClient
 from dsh.config import Config
 from dsh.errors import ConfigError
@@ -163,6 +165,8 @@ async def serve(
     announce: Callable[[str], None] = lambda line: None,
     warn: Callable[[str], None] = lambda line: None,
     open_browser: Callable[[str], None] | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    permissions: Permissions | None = None,
 ) -> int:
     """Serve until SIGINT or SIGTERM; returns the exit code (130 after SIGINT, else 0).
 
@@ -177,6 +181,8 @@ async def serve(
         warn: Receives warnings.
         open_browser: Called once the server is ready with the UI's URL, the token in its fragment
             (`dsh serve --open`); it must not block.
+        workspace: Give the agents the workspace tools confined to this folder.
+        permissions: The agents' permissions (default: from the configuration).
 
     Raises:
         ConfigError: A refused bind, an unsafe token file, or an unusable body limit.
@@ -188,7 +194,7 @@ async def serve(
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     try:
-        async with Runtime.open(config, model=model) as rt:
+        async with Runtime.open(config, model=model, workspace=workspace, permissions=permissions) as rt:
             app = create_app(rt, token=token.value, bound_host=host, max_body_bytes=limit)
             server = ApiServer(uvicorn_config(app), before_shutdown=lambda: close_streams(app), handle_signals=True)
             serving = asyncio.ensure_future(server.serve(sockets=[sock]))

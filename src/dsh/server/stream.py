@@ -12,6 +12,8 @@ process-wide rising id:
 * `session/created` — the store's publications: `{session: SessionSummary}` (`summary_json`);
 * `subagent/start`, `subagent/end` — the subagent runtime: `{parentSessionId, childSessionId, runId,
   provider}`, the end adding `stopReason` and `hasOutput`;
+* `approval/pending`, `approval/settled` — the approval broker: `{sessionId, approval}` for a tool call
+  waiting for `decideApproval`, `{sessionId, id, outcome}` once it is settled;
 * `reset` — the hub itself, for one client: `{reason}`; the client refetches its state.
 
 Notifications arrive synchronously inside appends, publications and status changes. The hub never
@@ -47,6 +49,7 @@ from dsh.server.models import summary_json
 from dsh.timer import LoopTimer, Timer, TimerHandle
 
 if TYPE_CHECKING:
+    from dsh.agent.approval import ApprovalDecision, ApprovalRequest
     from dsh.json import JsonValue
     from dsh.runtime import Runtime
     from dsh.session.events import SessionEvent
@@ -64,7 +67,9 @@ __all__ = [
 
 _log = logging.getLogger("dsh.server.stream")
 
-BROADCAST_EVENTS: Final = frozenset({"session/created", "session/status", "subagent/start", "subagent/end"})
+BROADCAST_EVENTS: Final = frozenset(
+    {"session/created", "session/status", "subagent/start", "subagent/end", "approval/pending", "approval/settled"}
+)
 """The frames a subscriber without a `sessionId` filter receives."""
 
 RESET_LAST_EVENT_ID: Final = "last-event-id-unavailable"
@@ -276,6 +281,8 @@ class PushHub:
             rt.agents.subscribe(self._on_status),
             rt.subagents.on_event(self._on_subagent),
         ]
+        if rt.services.approvals is not None:
+            self._unsubscribe.append(rt.services.approvals.subscribe(self._on_approval))
 
     async def aclose(self) -> None:
         """Stop listening, send the coalesced frames still waiting, and end every stream after its queued frames."""
@@ -431,6 +438,16 @@ class PushHub:
             self.publish("session/created", {"session": summary_json(session.header, status)})
         except Exception:
             _log.exception('push stream: session "%s" creation was not forwarded', session.id)
+
+    def _on_approval(self, kind: str, request: ApprovalRequest, decision: ApprovalDecision | None) -> None:
+        try:
+            if kind == "pending":
+                self.publish("approval/pending", {"sessionId": request.session_id, "approval": request.to_json()})
+            elif decision is not None:
+                data = {"sessionId": request.session_id, "id": request.id, "outcome": decision.outcome}
+                self.publish("approval/settled", data)
+        except Exception:
+            _log.exception("push stream: an approval notification was not forwarded")
 
     def _on_subagent(self, notification: Mapping[str, Any]) -> None:
         try:

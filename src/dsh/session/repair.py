@@ -3,7 +3,7 @@
 Layer: session. `interrupted_turn_closers` is pure: it reads a log and returns the events that
 balance its open tail turn (`[]` for a balanced log). A crashed turn is closed, never truncated.
 Who applies the closers, and only to sessions that are not live, is the persistence coordinator's
-business (docs/architecture.md#crash-repair). The two tool-result texts are model-visible and frozen by a test.
+business (docs/architecture.md#crash-repair). The three tool-result texts are model-visible and frozen by a test.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dsh.json import FrozenDict, FrozenList, JsonValue
 from dsh.session.events import SessionEvent, make_event
 
 __all__ = [
+    "TOOL_AWAITING_APPROVAL_TEXT",
     "TOOL_NOT_STARTED_TEXT",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
     "interrupted_turn_closers",
@@ -23,6 +24,10 @@ __all__ = [
 
 TOOL_NOT_STARTED_TEXT: Final = (
     "This tool call was interrupted before it was recorded as started; it is fine to retry it if it is still needed."
+)
+TOOL_AWAITING_APPROVAL_TEXT: Final = (
+    "This tool call was waiting for the user's approval when the session stopped, so it was not run; "
+    "call it again if it is still needed."
 )
 TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
     "This tool call was recorded as started but no result was durably recorded, so its outcome is unknown: "
@@ -47,10 +52,11 @@ def interrupted_turn_closers(
 ) -> list[SessionEvent]:
     """Return the closers for an open tail turn, seqs continuing the log, times never invented.
 
-    Emits one `tool/result` per pending tool call (registration order), then `step/end` if a step
-    is open, then `turn/end {reason: {kind: "interrupted"}}`. Works on frozen events and on the
-    raw records of the read pipeline alike; `types` (each event's type, when the caller has them)
-    spares reading the events of a long tail that holds no turn.
+    Emits one `approval/decided {outcome: "cancelled"}` per approval still undecided, one
+    `tool/result` per pending tool call (registration order; a call whose approval was undecided did
+    not run), then `step/end` if a step is open, then `turn/end {reason: {kind: "interrupted"}}`.
+    Works on frozen events and on the raw records of the read pipeline alike; `types` (each event's
+    type, when the caller has them) spares reading the events of a long tail that holds no turn.
     """
     start = _open_turn_start(events, types)
     if start is None:
@@ -58,10 +64,20 @@ def interrupted_turn_closers(
     turn: int = events[start]["data"]["turn"]
     open_step: int | None = None
     pending: dict[str, list[Any]] = {}  # callId -> [step, tool/call seq or None]
+    asked: dict[str, str | None] = {}  # approval id -> the callId it is about, while undecided
     for index in range(start + 1, len(events)):
         event = events[index]
         kind = event["type"]
         data = event["data"]
+        if kind == "approval/asked":
+            call = data.get("callId") if isinstance(data, Mapping) else None
+            if isinstance(data, Mapping) and isinstance(data.get("id"), str):
+                asked[data["id"]] = call if isinstance(call, str) else None
+            continue
+        if kind == "approval/decided":
+            if isinstance(data, Mapping):
+                asked.pop(data.get("id"), None)  # type: ignore[arg-type]
+            continue
         if kind == "step/start":
             open_step = data["step"]
         elif kind == "step/end":
@@ -82,9 +98,18 @@ def interrupted_turn_closers(
     time: int = events[-1]["time"]
     seq = len(events)
     closers: list[SessionEvent] = []
+    awaiting = {call for call in asked.values() if call is not None}
+    for approval_id in asked:
+        decided = FrozenDict({"id": approval_id, "outcome": "cancelled"})
+        closers.append(make_event("approval/decided", seq, time, decided))
+        seq += 1
     for call_id, (step, call_seq) in pending.items():
         message_id = f"interrupted-tool-result-{call_id}-{seq}"
-        if call_seq is None:
+        if call_id in awaiting:
+            # The body runs only after the decision, so an undecided call never started.
+            error = FrozenDict({"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"})
+            text, sources = TOOL_AWAITING_APPROVAL_TEXT, FrozenList([call_seq]) if call_seq is not None else None
+        elif call_seq is None:
             error = FrozenDict({"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"})
             text, sources = TOOL_NOT_STARTED_TEXT, None
         else:
