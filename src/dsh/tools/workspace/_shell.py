@@ -28,7 +28,7 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from dsh.abort import AbortSignal
 from dsh.agent.errors import ToolError
@@ -232,24 +232,33 @@ class ShellRunner:
             asyncio.ensure_future(_drain(process.stderr, err)),
         ]
         timed_out = False
+        # `process.wait()` returns only once the pipes are closed too, and a child left running in
+        # the background keeps them open: the exit is watched on the process itself.
+        exited = asyncio.ensure_future(_exit_of(process))
         try:
-            timed_out = await self._wait(process, timeout_ms / 1000, signal_)
+            timed_out = await self._wait(process, exited, timeout_ms / 1000, signal_)
             # Output a leftover child still holds open must not keep the call waiting: give the pipes
             # the grace, then the group is killed (below) and they close.
             await asyncio.wait(readers, timeout=self.grace_s)
         except BaseException:
             _kill_group(process.pid, signal.SIGKILL)
             with contextlib.suppress(BaseException):
+                await asyncio.shield(_end_group(process.pid))
+            with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(process.wait()), 10)
             raise
         finally:
-            _kill_group(process.pid, signal.SIGKILL)
+            exited.cancel()
+            await _end_group(process.pid)
             for reader in readers:
                 if not reader.done():
                     with contextlib.suppress(BaseException):
                         await asyncio.wait_for(reader, 5)
                     reader.cancel()
         signal_.throw_if_aborted()
+        # Everything is gone and the pipes are closed: the exit status is there.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), 10)
         code = process.returncode
         stdout, stderr = out.result(), err.result()
         if enforcement == "bwrap" and code not in (0, None) and stderr.text.startswith("bwrap: "):
@@ -272,12 +281,14 @@ class ShellRunner:
             denied=denied,
         )
 
-    async def _wait(self, process: asyncio.subprocess.Process, timeout_s: float, signal_: AbortSignal) -> bool:
-        """Wait for the process; on its timeout or an abort, stop its group. True when it timed out."""
-        exited = asyncio.ensure_future(process.wait())
-        aborted = asyncio.ensure_future(signal_.wait())
+    async def _wait(
+        self, process: asyncio.subprocess.Process, exited: asyncio.Future[None], timeout_s: float, signal_: AbortSignal
+    ) -> bool:
+        """Wait for the process to exit; on its timeout or an abort, stop its group. True when it timed out."""
+        aborted: asyncio.Future[Any] = asyncio.ensure_future(signal_.wait())
+        waiters: set[asyncio.Future[Any]] = {exited, aborted}
         try:
-            done, _ = await asyncio.wait({exited, aborted}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             aborted.cancel()
         if exited in done:
@@ -285,14 +296,34 @@ class ShellRunner:
         await self._stop(process, exited)
         return aborted not in done
 
-    async def _stop(self, process: asyncio.subprocess.Process, exited: asyncio.Future[int]) -> None:
+    async def _stop(self, process: asyncio.subprocess.Process, exited: asyncio.Future[None]) -> None:
         """SIGTERM to the group, then SIGKILL after the grace."""
         _kill_group(process.pid, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(exited), self.grace_s)
         if not exited.done():
             _kill_group(process.pid, signal.SIGKILL)
-            await exited
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(exited), 10)
+
+
+async def _exit_of(process: asyncio.subprocess.Process) -> None:
+    """Return when the process has exited (through a pidfd where there is one, else `process.wait()`)."""
+    if not hasattr(os, "pidfd_open"):
+        await process.wait()
+        return
+    try:
+        fd = os.pidfd_open(process.pid)
+    except OSError:
+        return  # already exited and reaped
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _settle, exited)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
 
 
 async def _drain(stream: asyncio.StreamReader, capture: _Capture) -> None:
@@ -306,3 +337,58 @@ async def _drain(stream: asyncio.StreamReader, capture: _Capture) -> None:
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _live_members(pgid: int) -> list[int]:
+    """The pids of the group's processes that have not exited yet (Linux `/proc`; elsewhere none are known)."""
+    members: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return members
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(name))
+    return members
+
+
+async def _end_group(pgid: int, guard_s: float = 10.0) -> None:
+    """SIGKILL the whole group and wait until every member has exited.
+
+    A killed process takes a moment to exit (a sandbox's PID namespace is torn down with it), so
+    each member is watched through a pidfd, opened before the kill so a reused pid cannot be
+    mistaken for it. Where pidfds are not available the group is only killed.
+    """
+    watched: list[int] = []
+    if hasattr(os, "pidfd_open"):
+        for pid in _live_members(pgid):
+            with contextlib.suppress(OSError):
+                watched.append(os.pidfd_open(pid))
+    _kill_group(pgid, signal.SIGKILL)
+    if not watched:
+        return
+    loop = asyncio.get_running_loop()
+    exits: list[asyncio.Future[None]] = []
+    try:
+        for fd in watched:
+            exited: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(fd, _settle, exited)
+            exits.append(exited)
+        await asyncio.wait(exits, timeout=guard_s)
+    finally:
+        for fd in watched:
+            loop.remove_reader(fd)
+            os.close(fd)
