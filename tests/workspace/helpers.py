@@ -27,6 +27,8 @@ __all__ = [
     "bash_call",
     "call",
     "git_workspace",
+    "invoke",
+    "tools_by_name",
     "needs_bwrap",
     "needs_rg",
     "result_blocks",
@@ -133,3 +135,25 @@ def result_texts(events: Sequence[SessionEvent]) -> list[str]:
         block = data["message"]["content"][0]
         out.append("".join(part["text"] for part in block["content"]))
     return out
+
+
+async def invoke(tool: Any, args: Mapping[str, Any], *, permissions: Permissions | None = None) -> tuple[str, Any]:
+    """Run one tool outside an agent: validate `args`, execute, render; returns (text, output)."""
+    from dsh.abort import AbortController
+    from dsh.agent.tools import ToolContext
+    from dsh.services import Services
+
+    parsed = tool.args_model.model_validate(dict(args))
+    ctx = ToolContext(
+        agent=None, call_id="call-1", signal=AbortController().signal, services=Services(), permissions=permissions
+    )
+    output = await tool.execute(parsed, ctx)
+    return "".join(block["text"] for block in tool.render(parsed, output)), output
+
+
+def tools_by_name(workspace: Path, **limits: Any) -> dict[str, Any]:
+    """The workspace tools of `workspace`, by name (`limits` are `ToolsConfig` fields)."""
+    from dsh.config import ToolsConfig
+    from dsh.tools.workspace import workspace_tools
+
+    return {tool.name: tool for tool in workspace_tools(workspace, tools=ToolsConfig(**limits))}

@@ -49,6 +49,36 @@ def _spec(lines: list[str]) -> Any:
     return GitIgnoreSpec.from_lines(lines)
 
 
+def expand_braces(pattern: str) -> list[str]:
+    """`*.{ts,tsx}` as `["*.ts", "*.tsx"]` (nested groups too): ripgrep's globs have alternation, gitignore's do not."""
+    depth = 0
+    start = -1
+    for index, char in enumerate(pattern):
+        if char == "{":
+            if depth == 0:
+                start = index
+            depth += 1
+        elif char == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                inner = pattern[start + 1 : index]
+                options: list[str] = []
+                level = 0
+                piece = ""
+                for ch in inner:
+                    if ch == "," and level == 0:
+                        options.append(piece)
+                        piece = ""
+                        continue
+                    level += ch == "{"
+                    level -= ch == "}"
+                    piece += ch
+                options.append(piece)
+                head, tail = pattern[:start], pattern[index + 1 :]
+                return [expanded for option in options for expanded in expand_braces(head + option + tail)]
+    return [pattern]
+
+
 def _search_root(workspace: Workspace, path: str | None, tool: str) -> Path:
     root = workspace.root if path is None else workspace.resolve(path, tool=tool)
     if not root.exists():
@@ -116,7 +146,7 @@ class GlobTool:
             raise ToolError("glob: a pattern cannot start with '!'", code="SEARCH_FAILED", name="glob")
         root = _search_root(self.workspace, args.path, "glob")
         try:
-            matcher = _spec([args.pattern])
+            matcher = _spec(expand_braces(args.pattern))
         except Exception as error:
             raise ToolError(
                 f"glob: invalid pattern {args.pattern!r}: {error}", code="SEARCH_FAILED", name="glob"
@@ -324,15 +354,9 @@ def python_grep(workspace: Workspace, root: Path, pattern: str, include: str | N
         raise ToolError(
             f"grep: invalid regular expression {pattern!r}: {error}", code="SEARCH_FAILED", name="grep"
         ) from None
-    selected = _spec([include]) if include is not None else None
+    selected = _spec(expand_braces(include)) if include is not None else None
     matches: list[Match] = []
-    for path in _searchable(root):
-        if (
-            selected is not None
-            and not selected.match_file(path.name)
-            and not selected.match_file(path.relative_to(root).as_posix())
-        ):
-            continue
+    for path in _searchable(root, selected):
         try:
             with path.open("rb") as handle:
                 content = handle.read()
@@ -349,8 +373,12 @@ def python_grep(workspace: Workspace, root: Path, pattern: str, include: str | N
     return matches
 
 
-def _searchable(root: Path) -> Iterator[Path]:
-    """The files ripgrep would search below `root` by default (hidden ones and ignored ones left out)."""
+def _searchable(root: Path, selected: Any) -> Iterator[Path]:
+    """The files ripgrep would search below `root`: hidden and ignored ones left out by default.
+
+    With an include glob (`selected`), as with ripgrep's `--glob`, a file is searched exactly when it
+    matches the glob, hidden or ignored or not; folders are still skipped when hidden or ignored.
+    """
     if root.is_file():
         yield root
         return
@@ -371,15 +399,17 @@ def _searchable(root: Path) -> Iterator[Path]:
         except OSError:
             continue
         for entry in entries:
-            if entry.name.startswith("."):
-                continue
             path = Path(entry.path)
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if _ignored(path, is_dir, rules):
+            if entry.is_dir(follow_symlinks=False):
+                if not entry.name.startswith(".") and not _ignored(path, True, rules):
+                    stack.append((path, rules))
                 continue
-            if is_dir:
-                stack.append((path, rules))
-            elif entry.is_file(follow_symlinks=False):
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if selected is not None:
+                if selected.match_file(entry.name) or selected.match_file(path.relative_to(root).as_posix()):
+                    yield path
+            elif not entry.name.startswith(".") and not _ignored(path, False, rules):
                 yield path
 
 
