@@ -23,6 +23,7 @@ _PUBLIC_API = [
     "KNOWN_EVENT_TYPES",
     "MemoryBackend",
     "NotJsonError",
+    "Permissions",
     "PersistenceCoordinator",
     "ProjectionCache",
     "ProjectionError",
@@ -49,7 +50,9 @@ _PUBLIC_API = [
     "SubagentDiagnosticRow",
     "SubagentError",
     "SubagentRuntime",
+    "ToolContext",
     "__version__",
+    "tool",
 ]
 
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing`: type checkers read it as True
 if TYPE_CHECKING:
     from dsh.abort import AbortController, AbortError, AbortSignal
+    from dsh.agent.approval import Permissions
+    from dsh.agent.function_tool import tool
+    from dsh.agent.tools import ToolContext
     from dsh.config import Config
     from dsh.errors import ConfigError, DshError
     from dsh.json import FrozenDict, FrozenList, JsonValue, NotJsonError
@@ -63,6 +66,7 @@ __all__ = [
     "KNOWN_EVENT_TYPES",
     "MemoryBackend",
     "NotJsonError",
+    "Permissions",
     "PersistenceCoordinator",
     "ProjectionCache",
     "ProjectionError",
@@ -89,7 +93,9 @@ __all__ = [
     "SubagentDiagnosticRow",
     "SubagentError",
     "SubagentRuntime",
+    "ToolContext",
     "__version__",
+    "tool",
 ]
 
 # Where each public name is defined; the module is imported the first time the name is read.
@@ -135,6 +141,9 @@ _SOURCES: dict[str, str] = {
     "SubagentDiagnosticRow": "dsh.subagent.rows",
     "SubagentError": "dsh.subagent.errors",
     "SubagentRuntime": "dsh.subagent.runtime",
+    "Permissions": "dsh.agent.approval",
+    "ToolContext": "dsh.agent.tools",
+    "tool": "dsh.agent.function_tool",
 }
 
 

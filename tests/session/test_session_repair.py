@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.session import (
+    TOOL_AWAITING_APPROVAL_TEXT,
     TOOL_NOT_STARTED_TEXT,
     TOOL_OUTCOME_UNKNOWN_TEXT,
     Session,
@@ -52,6 +53,42 @@ def test_repair_texts_are_frozen() -> None:
         assert "\n" not in text
         assert "\r" not in text
         assert text == text.strip()
+
+
+def test_a_call_waiting_for_approval_is_closed_as_not_run_and_its_question_cancelled() -> None:
+    """An undecided `approval/asked` gets `approval/decided {cancelled}`; its call is answered as not run."""
+    session = _store().create()
+    session.append("turn/start", {"turn": 1})
+    session.append("user/message", user_message())
+    session.append("step/start", {"turn": 1, "step": 1})
+    session.append("assistant/message", assistant_message(1, 1, tool_calls=["c1"]))
+    session.append("tool/call", tool_call(1, 1, "c1"))
+    session.append("approval/asked", {"id": "a1", "toolName": "bash", "callId": "c1"})
+    closers = interrupted_turn_closers(list(session.events))
+    assert [event.type for event in closers] == ["approval/decided", "tool/result", "step/end", "turn/end"]
+    assert closers[0].data == {"id": "a1", "outcome": "cancelled"}
+    result = closers[1].data
+    assert result["error"] == {"name": "ToolNotStartedError", "code": "TOOL_NOT_STARTED"}  # type: ignore[index]
+    block = result["message"]["content"][0]  # type: ignore[index]
+    assert block["content"] == [{"type": "text", "text": TOOL_AWAITING_APPROVAL_TEXT}]
+    assert "was not run" in TOOL_AWAITING_APPROVAL_TEXT
+    for event in closers:
+        session.append(event.type, event.data, source_event_seqs=event.source_event_seqs, surface_op=event.surface_op)
+    assert interrupted_turn_closers(list(session.events)) == []
+
+
+def test_a_decided_approval_needs_no_closer_of_its_own() -> None:
+    """A question already decided is left alone; only the still-pending call is closed."""
+    session = _store().create()
+    _open_tool_turn(session)
+    session.append("approval/asked", {"id": "a1", "toolName": "bash", "callId": "c1"})
+    session.append("approval/decided", {"id": "a1", "outcome": "allowed-once"})
+    closers = interrupted_turn_closers(list(session.events))
+    assert "approval/decided" not in [event.type for event in closers]
+    texts = [
+        event.data["message"]["content"][0]["content"][0]["text"] for event in closers if event.type == "tool/result"
+    ]  # type: ignore[index]
+    assert texts == [TOOL_OUTCOME_UNKNOWN_TEXT, TOOL_NOT_STARTED_TEXT]
 
 
 def test_repair_texts_tell_the_model_when_a_retry_is_safe() -> None:

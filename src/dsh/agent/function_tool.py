@@ -142,7 +142,7 @@ class FunctionTool:
                     name=tool_name,
                 )
             annotation = hints.get(parameter.name, inspect.Parameter.empty)
-            if annotation is ToolContext:
+            if _is_context(annotation):
                 self._context_parameter = parameter.name
                 continue
             if annotation is inspect.Parameter.empty:
@@ -222,6 +222,14 @@ def tool(
 
 
 # ---------------------------------------------------------------- schemas and values
+
+
+def _is_context(annotation: object) -> bool:
+    """`ToolContext`, or `ToolContext | None` (a function that also runs outside a tool call)."""
+    if annotation is ToolContext:
+        return True
+    arguments = typing.get_args(annotation)
+    return ToolContext in arguments and all(item in (ToolContext, type(None)) for item in arguments)
 
 
 def _clean_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dsh.session.header import (
 )
 from dsh.session.ids import new_session_id
 from dsh.session.repair import (
+    TOOL_AWAITING_APPROVAL_TEXT,
     TOOL_NOT_STARTED_TEXT,
     TOOL_OUTCOME_UNKNOWN_TEXT,
     interrupted_turn_closers,
@@ -27,6 +28,7 @@ from dsh.session.store import SessionStore, Unsubscribe, wall_clock_ms
 __all__ = [
     "KNOWN_EVENT_TYPES",
     "SESSION_FORMAT_VERSION",
+    "TOOL_AWAITING_APPROVAL_TEXT",
     "TOOL_NOT_STARTED_TEXT",
     "TOOL_OUTCOME_UNKNOWN_TEXT",
     "EventsView",
