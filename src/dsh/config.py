@@ -266,9 +266,7 @@ class ApprovalsConfig(_Section):
     @classmethod
     def _rule_list(cls, value: object) -> object:
         # A list of rules (or of rule tables) is as good as a tuple; the stored value is a tuple.
-        if isinstance(value, list):
-            return tuple(ApprovalRuleConfig(**item) if isinstance(item, dict) else item for item in value)
-        return value
+        return tuple(value) if isinstance(value, list) else value
 
 
 class SandboxConfig(_Section):
