@@ -60,10 +60,15 @@ class _Ids:
         return self.seen.setdefault(value, f"{{{{id-{len(self.seen) + 1}}}}}")
 
 
+# The per-turn context names the local time and zone: both depend on the machine, not on the run.
+_NOW = re.compile(r"(at the start of turn \d+: )[^\n]*?\)\.")
+
+
 def _walk(value: Any, paths: Mapping[str, str], ids: _Ids) -> Any:
     if isinstance(value, str):
         for path in sorted(paths, key=len, reverse=True):
             value = value.replace(path, paths[path])
+        value = _NOW.sub(r"\1{{now}}.", value)
         return _UUID.sub(ids, value)
     if isinstance(value, Mapping):
         return {

@@ -35,6 +35,23 @@ async def test_the_default_registry_matches_the_golden_schema_file(tmp_path: Pat
         assert_golden(GOLDEN / "tool_schemas.json", _schemas_text(rt.tools))
 
 
+def test_the_workspace_tools_match_their_golden_schema_file(tmp_path: Path) -> None:
+    """The six workspace tools' names, descriptions and parameters are byte-equal to their golden file."""
+    from dsh.tools.workspace import WORKSPACE_TOOL_NAMES, workspace_tools
+
+    registry = ToolRegistry(workspace_tools(tmp_path))
+    assert registry.names() == WORKSPACE_TOOL_NAMES
+    assert_golden(GOLDEN / "workspace_tool_schemas.json", _schemas_text(registry))
+    for entry in registry.schemas():
+        for prop in entry["parameters"]["properties"].values():
+            assert list(prop) == [key for key in ("type", "description", "enum") if key in prop]
+    bash = registry.get("bash")
+    assert bash is not None
+    assert "Background execution is not available; long-running commands must finish within the timeout." in (
+        bash.description
+    )
+
+
 def test_runtime_tools_extend_the_default_set() -> None:
     """Tools passed to `Runtime.open` are offered next to the four default tools, not instead of them."""
     from tests.agent.helpers import EchoTool

@@ -264,3 +264,14 @@ async def test_tools_are_given_per_runtime_and_per_agent_and_the_subagent_tools_
         assert second.tools.names() == ("shared",)
         with pytest.raises(ToolError):
             await rt.create_agent(tools=[tool(own, name="shared")])
+
+
+def test_the_worked_example_of_docs_tools_runs() -> None:
+    """The function-tool example in docs/tools.md runs as written."""
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "tools.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/tools.md", "exec"), {"__name__": "docs_tools_example"})  # noqa: S102

@@ -8,6 +8,7 @@ const SOURCE_NAMES = {
   user: "You",
   coordinator: "Parent agent",
   "subagent-settled": "Subagent notice",
+  plugin: "Context",
 };
 
 function textOf(content) {
