@@ -143,7 +143,8 @@ def _members(group: int) -> set[int]:
 
 
 def _alive(pids: set[int]) -> set[int]:
-    return {pid for pid in pids if (found := _stat(pid)) is not None and found[0] != "Z"}
+    """The pids still running: a zombie (Z) or a process being reaped (X) has exited."""
+    return {pid for pid in pids if (found := _stat(pid)) is not None and found[0] not in ("Z", "X", "x")}
 
 
 @pytest.fixture

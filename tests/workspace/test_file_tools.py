@@ -156,7 +156,7 @@ async def test_read_only_mode_refuses_write_and_edit_with_the_sandbox_marker(wor
 
 
 async def test_write_and_edit_describe_the_exact_change_for_approval(workspace: Path) -> None:
-    """The approval preview of write is the diff (or the new file), of edit the diff it would make."""
+    """The approval preview of write is the diff (or the new file), of edit its diff; the subject is normalized."""
     from dsh.abort import AbortController
     from dsh.agent.tools import ToolContext
     from dsh.services import Services
@@ -164,11 +164,15 @@ async def test_write_and_edit_describe_the_exact_change_for_approval(workspace: 
     tools = tools_by_name(workspace)
     ctx = ToolContext(agent=None, call_id="c", signal=AbortController().signal, services=Services())
     write = tools["write"].args_model.model_validate({"file_path": "notes.txt", "content": "one\n2\n"})
-    described = await tools["write"].describe_call(write, ctx)
-    assert described.subject == "notes.txt"
-    assert "\n-two\n" in described.preview
-    assert "\n+2" in described.preview
+    assert await tools["write"].call_subject(write, ctx) == "notes.txt"
+    preview = await tools["write"].call_preview(write, ctx)
+    assert "\n-two\n" in preview
+    assert "\n+2" in preview
     new = tools["write"].args_model.model_validate({"file_path": "fresh.txt", "content": "hello\n"})
-    assert (await tools["write"].describe_call(new, ctx)).preview == "write fresh.txt (new file, 1 lines)\n+hello"
+    assert await tools["write"].call_preview(new, ctx) == "write fresh.txt (new file, 1 lines)\n+hello"
     edit = tools["edit"].args_model.model_validate({"file_path": "notes.txt", "old_string": "four", "new_string": "4"})
-    assert "-four\n+4" in (await tools["edit"].describe_call(edit, ctx)).preview
+    assert "-four\n+4" in await tools["edit"].call_preview(edit, ctx)
+    for spelled in ("./notes.txt", str(workspace / "notes.txt"), "sub/../notes.txt"):
+        (workspace / "sub").mkdir(exist_ok=True)
+        same = tools["edit"].args_model.model_validate({"file_path": spelled, "old_string": "a", "new_string": "b"})
+        assert await tools["edit"].call_subject(same, ctx) == "notes.txt"

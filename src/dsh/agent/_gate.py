@@ -20,7 +20,7 @@ import orjson
 
 from dsh.agent._context import GRANT_EVENT
 from dsh.agent.approval import ApprovalRequest, ApprovalRule, suggested_pattern
-from dsh.agent.tools import CallDescription, DescribesCalls, Tool, ToolContext
+from dsh.agent.tools import DescribesCalls, Tool, ToolContext
 
 if TYPE_CHECKING:
     from dsh.agent.approval import ApprovalBroker, Permissions
@@ -48,19 +48,32 @@ def _error(code: str) -> dict[str, str]:
     return {"name": "ApprovalError", "code": code}
 
 
-async def describe(tool: Tool, args: Any, ctx: ToolContext) -> CallDescription:
-    """The call's subject and preview: the tool's own description, else its compact JSON arguments."""
+def _arguments(args: Any) -> str:
+    try:
+        return orjson.dumps(args.model_dump(mode="json")).decode()
+    except Exception:
+        return _DESCRIBE_FAILED
+
+
+async def subject_of(tool: Tool, args: Any, ctx: ToolContext) -> str:
+    """The call's subject: the tool's own, else its compact JSON arguments."""
     if isinstance(tool, DescribesCalls):
         try:
-            return await tool.describe_call(args, ctx)
+            return await tool.call_subject(args, ctx)
         except Exception as error:
             # The rules still need a subject: fall back to the arguments (the body reports the problem).
-            _log.debug('tool "%s" could not describe its call: %r', tool.name, error)
-    try:
-        subject = orjson.dumps(args.model_dump(mode="json")).decode()
-    except Exception:
-        subject = _DESCRIBE_FAILED
-    return CallDescription(subject, f"{tool.name} {subject}")
+            _log.debug('tool "%s" could not name its call\'s subject: %r', tool.name, error)
+    return _arguments(args)
+
+
+async def preview_of(tool: Tool, args: Any, ctx: ToolContext) -> str:
+    """What a person is shown: the tool's own preview, else its name and arguments."""
+    if isinstance(tool, DescribesCalls):
+        try:
+            return await tool.call_preview(args, ctx)
+        except Exception as error:
+            _log.debug('tool "%s" could not preview its call: %r', tool.name, error)
+    return f"{tool.name} {_arguments(args)}"
 
 
 async def admit(
@@ -82,9 +95,9 @@ async def admit(
     The flush before waiting raises like every flush of the loop (the caller turns it into a
     not-run result and ends the turn).
     """
-    description = await describe(tool, args, ctx)
+    subject = await subject_of(tool, args, ctx)
     name = call.name
-    action, rule = permissions.decide(name, description.subject, granted)
+    action, rule = permissions.decide(name, subject, granted)
     if action == "allow":
         return None
     if action == "deny":
@@ -110,11 +123,10 @@ async def admit(
         # Every question gets its one decision, even when the turn stops here.
         session.append("approval/decided", {"id": approval_id, "outcome": "cancelled"})
         raise
-    pattern = suggested_pattern(description.subject)
+    pattern = suggested_pattern(subject)
     now = broker.now_ms() if broker is not None else 0
-    request = ApprovalRequest(
-        approval_id, session.id, label, name, description.subject, description.preview, pattern, call.id, now
-    )
+    preview = await preview_of(tool, args, ctx)
+    request = ApprovalRequest(approval_id, session.id, label, name, subject, preview, pattern, call.id, now)
     if broker is None:
         from dsh.agent.approval import ApprovalDecision
 

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from dsh.session.session import Session
 
 __all__ = [
-    "CallDescription",
     "CallingAgent",
     "DescribesCalls",
     "Tool",
@@ -98,28 +97,19 @@ class Tool(Protocol):
         """The content blocks the model sees for `output`."""
 
 
-@dataclass(frozen=True, slots=True)
-class CallDescription:
-    """What an approval is about: the subject rules match, and the exact command or change a person sees.
-
-    Attributes:
-        subject: What approval rules match against (a command, a workspace-relative path ...).
-        preview: The exact command or change, as shown when someone is asked.
-    """
-
-    subject: str
-    preview: str
-
-
 @runtime_checkable
 class DescribesCalls(Protocol):
-    """A tool that says what its calls are about, for approvals (docs/tools.md#approvals).
+    """A tool that says what its calls are about, for approvals (docs/tools.md#approval-rules).
 
-    Without it, a call's subject is its compact JSON arguments.
+    Without it, a call's subject is its compact JSON arguments and its preview the tool's name and
+    those arguments.
     """
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject and the preview of a call with validated `args` (it may read the workspace)."""
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """What approval rules match against (a command, a workspace-relative path ...); asked for every call."""
+
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """The exact command or change, as a person is shown it; asked for only when someone is asked."""
 
 
 @dataclass(slots=True)

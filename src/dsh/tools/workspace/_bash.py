@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dsh.agent.errors import ToolError
 from dsh.agent.messages import text
-from dsh.agent.tools import CallDescription, ToolContext
+from dsh.agent.tools import ToolContext
 from dsh.tools.workspace._files import sandbox_marker
 from dsh.tools.workspace._paths import Workspace
 from dsh.tools.workspace._shell import ShellResult, ShellRunner
@@ -120,11 +120,15 @@ class BashTool:
     def _mode(self, ctx: ToolContext) -> str:
         return ctx.permissions.sandbox if ctx.permissions is not None else self.default_mode
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject is the command; the preview shows it as typed, with its folder when not the root."""
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """The command."""
+        return cast(BashArgs, args).command
+
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """The command as typed, with its folder when it is not the root."""
         parsed = cast(BashArgs, args)
         where = f"\n(in {parsed.workdir})" if parsed.workdir else ""
-        return CallDescription(parsed.command, f"$ {parsed.command}{where}")
+        return f"$ {parsed.command}{where}"
 
     async def execute(self, args: Any, ctx: ToolContext) -> object:
         """Run the command; returns `{exitCode, signal, timedOut, timeoutMs, stdout, stderr, sandbox}`."""

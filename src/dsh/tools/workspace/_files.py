@@ -16,6 +16,7 @@ import asyncio
 import difflib
 import io
 import os
+import posixpath
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.agent.errors import ToolError
 from dsh.agent.messages import text
-from dsh.agent.tools import CallDescription, ToolContext
+from dsh.agent.tools import ToolContext
 from dsh.tools.workspace._paths import Workspace
 
-__all__ = ["EditTool", "FileLimits", "ReadTool", "WriteTool", "sandbox_marker"]
+__all__ = ["EditTool", "FileLimits", "ReadTool", "WriteTool", "path_subject", "sandbox_marker"]
 
 MAX_LINE_CHARS: Final = 2000
 _BINARY_SAMPLE: Final = 8192
@@ -59,6 +60,18 @@ def _refuse_in_read_only(ctx: ToolContext, tool: str, path: str) -> None:
             name=tool,
             path=path,
         )
+
+
+async def path_subject(workspace: Workspace, path: str, tool: str) -> str:
+    """A path's approval subject: workspace-relative once resolved, so `./a/../b` and `/ws/b` are both `b`.
+
+    A path outside the workspace keeps its given (normalized) form: the tool's body refuses it.
+    """
+    try:
+        real = await asyncio.to_thread(workspace.resolve, path, tool=tool)
+    except ToolError:
+        return posixpath.normpath(path)
+    return workspace.display(real)
 
 
 def _open_text(real: Path, display: str, tool: str) -> io.TextIOWrapper:
@@ -125,10 +138,13 @@ class ReadTool:
             "required": ["file_path"],
         }
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject is the path as given."""
-        parsed = cast(ReadArgs, args)
-        return CallDescription(parsed.file_path, f"read {parsed.file_path}")
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """The workspace-relative path."""
+        return await path_subject(self.workspace, cast(ReadArgs, args).file_path, "read")
+
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """`read <path>`."""
+        return f"read {await self.call_subject(args, ctx)}"
 
     async def execute(self, args: Any, ctx: ToolContext) -> object:
         """The rendered window (a string: the model sees exactly this)."""
@@ -287,11 +303,15 @@ class WriteTool:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject is the workspace-relative path; the preview is the change (a diff, or the new file)."""
-        return await asyncio.to_thread(self._describe, cast(WriteArgs, args))
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """The workspace-relative path."""
+        return await path_subject(self.workspace, cast(WriteArgs, args).file_path, "write")
 
-    def _describe(self, args: WriteArgs) -> CallDescription:
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """The change: a diff against the file, or the new file's lines."""
+        return await asyncio.to_thread(self._preview, cast(WriteArgs, args))
+
+    def _preview(self, args: WriteArgs) -> str:
         real = self.workspace.resolve(args.file_path, tool="write")
         display = self.workspace.display(real)
         try:
@@ -302,9 +322,9 @@ class WriteTool:
             lines = args.content.splitlines()
             head = "\n".join(f"+{line}" for line in lines[:_PREVIEW_LINES])
             more = f"\n... ({len(lines) - _PREVIEW_LINES} more lines)" if len(lines) > _PREVIEW_LINES else ""
-            return CallDescription(display, f"write {display} (new file, {len(lines)} lines)\n{head}{more}")
+            return f"write {display} (new file, {len(lines)} lines)\n{head}{more}"
         diff = unified_diff(display, before, args.content) or "(no change)"
-        return CallDescription(display, f"write {display} (replaces the file)\n{diff}")
+        return f"write {display} (replaces the file)\n{diff}"
 
     async def execute(self, args: Any, ctx: ToolContext) -> object:
         """Write the file; returns `{path, operation}`."""
@@ -375,18 +395,22 @@ class EditTool:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject is the workspace-relative path; the preview is the diff the edit would make."""
-        return await asyncio.to_thread(self._describe, cast(EditArgs, args))
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """The workspace-relative path."""
+        return await path_subject(self.workspace, cast(EditArgs, args).file_path, "edit")
 
-    def _describe(self, args: EditArgs) -> CallDescription:
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """The diff the edit would make."""
+        return await asyncio.to_thread(self._preview, cast(EditArgs, args))
+
+    def _preview(self, args: EditArgs) -> str:
         real = self.workspace.resolve(args.file_path, tool="edit")
         display = self.workspace.display(real)
         try:
             before, after, _ = self._apply(real, display, args)
         except ToolError as error:
-            return CallDescription(display, f"edit {display} (cannot apply: {error.message})")
-        return CallDescription(display, f"edit {display}\n{unified_diff(display, before, after)}")
+            return f"edit {display} (cannot apply: {error.message})"
+        return f"edit {display}\n{unified_diff(display, before, after)}"
 
     def _apply(self, real: Path, display: str, args: EditArgs) -> tuple[str, str, int]:
         if args.old_string == args.new_string:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.agent.errors import ToolError
 from dsh.agent.messages import text
-from dsh.agent.tools import CallDescription, ToolContext
+from dsh.agent.tools import ToolContext
 from dsh.tools.workspace._paths import Workspace
 
 __all__ = ["GlobTool", "GrepTool", "python_grep", "ripgrep"]
@@ -131,10 +131,14 @@ class GlobTool:
             "required": ["pattern"],
         }
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject is the pattern."""
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """The pattern."""
+        return cast(GlobArgs, args).pattern
+
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """`glob <pattern> in <folder>`."""
         parsed = cast(GlobArgs, args)
-        return CallDescription(parsed.pattern, f"glob {parsed.pattern} in {parsed.path or '.'}")
+        return f"glob {parsed.pattern} in {parsed.path or '.'}"
 
     async def execute(self, args: Any, ctx: ToolContext) -> object:
         """The rendered list (a string)."""
@@ -248,10 +252,14 @@ class GrepTool:
             "required": ["pattern"],
         }
 
-    async def describe_call(self, args: Any, ctx: ToolContext) -> CallDescription:
-        """The subject is the pattern."""
+    async def call_subject(self, args: Any, ctx: ToolContext) -> str:
+        """The pattern."""
+        return cast(GrepArgs, args).pattern
+
+    async def call_preview(self, args: Any, ctx: ToolContext) -> str:
+        """`grep '<pattern>' in <path>`."""
         parsed = cast(GrepArgs, args)
-        return CallDescription(parsed.pattern, f"grep {parsed.pattern!r} in {parsed.path or '.'}")
+        return f"grep {parsed.pattern!r} in {parsed.path or '.'}"
 
     async def execute(self, args: Any, ctx: ToolContext) -> object:
         """The rendered matches (a string), from ripgrep when it is on `PATH`, else from Python."""

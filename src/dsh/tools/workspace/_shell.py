@@ -360,7 +360,7 @@ def _live_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = raw[raw.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != b"Z":
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X", b"x"):
             members.append(int(name))
     return members
 
