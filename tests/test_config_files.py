@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from dsh.cli.main import app
 from dsh.config import Config
+from dsh.config_files import load
 from dsh.errors import ConfigError
 
 runner = CliRunner()
@@ -128,7 +129,7 @@ def test_an_invalid_value_names_the_file_and_its_key_path(files: tuple[Path, Pat
     user, workspace = files
     user.write_text(content, encoding="utf-8")
     with pytest.raises(ConfigError) as raised:
-        Config.load(workspace=workspace)
+        load(workspace=workspace)
     assert raised.value.message.startswith(f"invalid config file {user}: ")
     assert where in raised.value.message
 
@@ -138,7 +139,7 @@ def test_a_secret_is_masked_in_an_invalid_value_too(files: tuple[Path, Path]) ->
     user, workspace = files
     user.write_text("[model]\napi_key = 12345678\n", encoding="utf-8")
     with pytest.raises(ConfigError) as raised:
-        Config.load(workspace=workspace)
+        load(workspace=workspace)
     assert "12345678" not in raised.value.message
     assert "model.api_key" in raised.value.message
 
@@ -148,11 +149,11 @@ def test_the_environment_beats_the_workspace_which_beats_the_user_file(
 ) -> None:
     """The same setting in all three places takes the environment's value; without it, the workspace's."""
     _, workspace = files
-    assert Config.load(workspace=workspace).model.model == "workspace-model"
-    assert Config.load().model.model == "user-model"
+    assert load(workspace=workspace).model.model == "workspace-model"
+    assert load().model.model == "user-model"
     monkeypatch.setenv("DSH_MODEL", "env-model")
-    assert Config.load(workspace=workspace).model.model == "env-model"
-    assert Config.load(workspace=workspace, overrides={"model.model": "flag-model"}).model.model == "flag-model"
+    assert load(workspace=workspace).model.model == "env-model"
+    assert load(workspace=workspace, overrides={"model.model": "flag-model"}).model.model == "flag-model"
 
 
 def test_a_library_config_reads_no_file(files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,5 +162,5 @@ def test_a_library_config_reads_no_file(files: tuple[Path, Path], monkeypatch: p
     monkeypatch.chdir(workspace)
     assert Config().model.model == "deepseek-chat"
     assert Config().sandbox.mode == "workspace-write"
-    assert Config.load(workspace=workspace).model.model == "workspace-model"
-    assert Config.load(workspace=workspace, read_user_file=False).model.api_key is None
+    assert load(workspace=workspace).model.model == "workspace-model"
+    assert load(workspace=workspace, read_user_file=False).model.api_key is None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -31,9 +31,6 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from dsh.errors import ConfigError
-
-if TYPE_CHECKING:
-    from dsh.config_files import LoadedConfig
 
 __all__ = [
     "DEFAULT_COLD_READ_CONCURRENCY",
@@ -54,6 +51,7 @@ __all__ = [
     "ServerConfig",
     "SubagentConfig",
     "ToolsConfig",
+    "config_file_paths",
     "default_home",
 ]
 
@@ -300,6 +298,18 @@ def default_home() -> Path:
     return Path.home() / ".local" / "share" / "dsh"
 
 
+def config_file_paths(workspace: Path | None) -> tuple[Path, Path | None]:
+    """The user's configuration file and the workspace's (docs/cli.md#configuration-files).
+
+    `$XDG_CONFIG_HOME/dsh/config.toml` (else `~/.config/dsh/config.toml`) and
+    `<workspace>/.dsh/config.toml`; neither need exist. `dsh.config_files` reads them; `Config()`
+    never does.
+    """
+    base = os.environ.get("XDG_CONFIG_HOME")
+    user = (Path(base) if base else Path.home() / ".config") / "dsh" / "config.toml"
+    return user, (workspace / ".dsh" / "config.toml" if workspace is not None else None)
+
+
 _SECTIONS: Final[dict[str, type[_Section]]] = {
     "persistence": PersistenceConfig,
     "postgres": PostgresConfig,
@@ -433,48 +443,6 @@ class Config(BaseSettings):
     def _sandbox_shorthand(cls, value: object) -> object:
         # `sandbox = "off"` (or any mode) is short for `[sandbox] mode = ...`.
         return {"mode": value} if isinstance(value, str) else value
-
-    @classmethod
-    def load(
-        cls,
-        *,
-        workspace: str | Path | None = None,
-        user_file: str | Path | None = None,
-        read_user_file: bool = True,
-        overrides: dict[str, Any] | None = None,
-    ) -> Config:
-        """The configuration from the files, the environment and `overrides` (docs/cli.md#configuration-files).
-
-        Precedence, highest first: `overrides` (command-line flags), the environment, the
-        workspace's `.dsh/config.toml`, the user's `~/.config/dsh/config.toml`, the defaults.
-        `Config()` itself reads no file; only this method does.
-
-        Raises:
-            ConfigError: `CONFIG_INVALID` naming the file and line/column of a TOML syntax error, or
-                the file and key path of an invalid value.
-        """
-        return cls.load_with_sources(
-            workspace=workspace, user_file=user_file, read_user_file=read_user_file, overrides=overrides
-        ).config
-
-    @classmethod
-    def load_with_sources(
-        cls,
-        *,
-        workspace: str | Path | None = None,
-        user_file: str | Path | None = None,
-        read_user_file: bool = True,
-        overrides: dict[str, Any] | None = None,
-    ) -> LoadedConfig:
-        """Like `load`, and also where each setting came from (what `dsh config` prints)."""
-        from dsh.config_files import load_config
-
-        return load_config(
-            workspace=Path(workspace) if workspace is not None else None,
-            user_file=Path(user_file) if user_file is not None else None,
-            read_user_file=read_user_file,
-            overrides=overrides or {},
-        )
 
     @classmethod
     def settings_customise_sources(

@@ -1,13 +1,14 @@
 """Configuration files: the user's and the workspace's `config.toml`, merged under the environment.
 
-Layer: base (beside `dsh.config`, which calls it). `Config.load()` reads, in rising precedence, the
+Layer: base (beside `dsh.config`). `load()` reads, in rising precedence, the
 user file (`$XDG_CONFIG_HOME/dsh/config.toml`, else `~/.config/dsh/config.toml`), the workspace
 file (`<workspace>/.dsh/config.toml`), the environment and the caller's overrides (command-line
 flags), and remembers where every setting came from, which `dsh config` prints
 (docs/cli.md#configuration-files). The files are read with pydantic-settings' TOML source. Each
 file is checked on its own before anything is merged, so an unknown key or a wrong value is
 reported with the file and the key path it sits at, and a TOML syntax error with the file, line and
-column. `Config()` never comes here: a library user's configuration is only what it passes.
+column. `Config()` never comes here: a library user's configuration is only what it passes and the
+environment. The CLI calls `load` for every command.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from pydantic import SecretStr, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import TomlConfigSettingsSource
 
-from dsh.config import _FLAT, _FLAT_SECTION_FIELDS, _SECTIONS, Config, _EnvironmentSource
+from dsh.config import _FLAT, _FLAT_SECTION_FIELDS, _SECTIONS, Config, _EnvironmentSource, config_file_paths
 from dsh.errors import ConfigError
 
-__all__ = ["LoadedConfig", "Setting", "load_config", "user_config_path", "workspace_config_path"]
+__all__ = ["LoadedConfig", "Setting", "load", "load_config"]
 
 DEFAULT_SOURCE: Final = "default"
 FLAG_SOURCE: Final = "command line"
@@ -68,34 +69,45 @@ class LoadedConfig:
         return out
 
 
-def user_config_path() -> Path:
-    """`$XDG_CONFIG_HOME/dsh/config.toml`, else `~/.config/dsh/config.toml`."""
-    base = os.environ.get("XDG_CONFIG_HOME")
-    root = Path(base) if base else Path.home() / ".config"
-    return root / "dsh" / "config.toml"
+def load(
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    user_file: str | os.PathLike[str] | None = None,
+    read_user_file: bool = True,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """The configuration from the files, the environment and `overrides` (dotted keys: `model.model`).
 
+    Precedence, highest first: `overrides` (command-line flags), the environment, the workspace's
+    `.dsh/config.toml`, the user's `~/.config/dsh/config.toml`, the defaults.
 
-def workspace_config_path(workspace: Path) -> Path:
-    """`<workspace>/.dsh/config.toml`."""
-    return workspace / ".dsh" / "config.toml"
+    Raises:
+        ConfigError: `CONFIG_INVALID` naming the file and line/column of a TOML syntax error, or the
+            file and key path of an invalid value.
+    """
+    return load_config(
+        workspace=Path(workspace) if workspace is not None else None,
+        user_file=Path(user_file) if user_file is not None else None,
+        read_user_file=read_user_file,
+        overrides=overrides or {},
+    ).config
 
 
 def load_config(
     *, workspace: Path | None, user_file: Path | None, read_user_file: bool, overrides: Mapping[str, Any]
 ) -> LoadedConfig:
-    """Read, check and merge the layers (see the module docstring); the overrides use dotted keys."""
+    """Like `load`, with where each setting came from (what `dsh config` prints)."""
     layers: list[tuple[str, dict[str, Any]]] = []
     files: list[Path] = []
+    default_user, workspace_file = config_file_paths(workspace)
     if read_user_file:
-        path = user_file if user_file is not None else user_config_path()
+        path = user_file if user_file is not None else default_user
         if path.is_file():
             layers.append((f"user file {path}", _read_file(path)))
             files.append(path)
-    if workspace is not None:
-        path = workspace_config_path(workspace)
-        if path.is_file():
-            layers.append((f"workspace file {path}", _read_file(path)))
-            files.append(path)
+    if workspace_file is not None and workspace_file.is_file():
+        layers.append((f"workspace file {workspace_file}", _read_file(workspace_file)))
+        files.append(workspace_file)
     environment = _EnvironmentSource(Config)()
     layers.append(("environment", _environment_values(environment)))
     layers.append((FLAG_SOURCE, _override_values(overrides)))

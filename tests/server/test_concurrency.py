@@ -172,7 +172,8 @@ async def test_sixteen_clients_prompting_and_reading_lose_nothing(tmp_path: Path
             assert Counter(e.type for e in stored)["turn/end"] == ROUNDS + 1  # one more: the child's notice
             child = client.received("subagent/start")[0].data["childSessionId"]
             child_log = list((await cold.query.observe_session(child)).events)
-            assert [e.data["content"][0]["text"] for e in child_log if e.type == "user/message"] == ["Help out."]
+            prompts = [e.data for e in child_log if e.type == "user/message" and e.data["source"]["kind"] != "plugin"]
+            assert [data["content"][0]["text"] for data in prompts] == ["Help out."]
             assert [e.type for e in child_log].count("turn/end") == 1
 
     # Once and in order: each subscriber's event seqs are its parent's logged events, frame ids rise.

@@ -69,6 +69,7 @@ async def test_every_wire_code_answers_the_status_of_the_table(served: Api, monk
         "unsupported-media-type",
     )
     expect(await http.get("/api/v1/sessions/broken/history"), "session-unreadable")
+    expect(await http.post("/api/v1/approvals/nobody", json={"decision": "allow"}), "approval-not-found")
     for code, wire in (
         ("UNAUTHORIZED", "subagent-unauthorized"),
         ("NOT_RESUMABLE", "subagent-not-resumable"),

@@ -77,21 +77,32 @@ class Globals:
 
         The workspace file is `<workspace>/.dsh/config.toml` (the current directory when no
         workspace is given); the user file is `~/.config/dsh/config.toml` (docs/cli.md#configuration-files).
+        Without either file the files' reader is not even loaded, so a light command stays light.
         """
+        from dsh.config import Config, config_file_paths
+
+        values = self._flag_values(home, overrides)
+        user, local = config_file_paths(workspace or Path.cwd())
+        if not user.is_file() and (local is None or not local.is_file()):
+            return Config(**values)
         return self.loaded_config(home, workspace=workspace, overrides=overrides).config
 
     def loaded_config(
         self, home: Path | None = None, *, workspace: Path | None = None, overrides: dict[str, Any] | None = None
     ) -> "LoadedConfig":
         """Like `config`, with the source of every setting (what `dsh config` prints)."""
-        from dsh.config import Config
+        from dsh.config_files import load_config
 
+        values = self._flag_values(home, overrides)
+        return load_config(workspace=workspace or Path.cwd(), user_file=None, read_user_file=True, overrides=values)
+
+    def _flag_values(self, home: Path | None, overrides: dict[str, Any] | None) -> dict[str, Any]:
         values: dict[str, Any] = dict(overrides or {})
         if home is not None or self.home is not None:
             values["home"] = home or self.home
         if self.database_url is not None:
             values["database_url"] = self.database_url
-        return Config.load_with_sources(workspace=workspace or Path.cwd(), overrides=values)
+        return values
 
     def console(self, *, plain: bool = False, stderr: bool = False) -> "Console":
         """A console for stdout (or stderr): the terminal's width on a terminal, else 200 columns.
