@@ -14,8 +14,7 @@ from typing import Any, Final
 
 from dsh._record import Record, set_fields
 from dsh.json import is_safe_int
-from dsh.session.fastcheck import fast_check
-from dsh.session.stored import LineRecords
+from dsh.session.fastcheck import FAST_UNSURE, fast_check
 
 __all__ = [
     "LegacyShapeError",
@@ -304,22 +303,21 @@ def _message_id(record: Any) -> str | None:
     return found if type(found) is str else None
 
 
-def _candidates(records: LineRecords | list[dict[str, Any]]) -> Iterable[tuple[int, Any]]:
+def _candidates(records: list[dict[str, Any]], verdicts: bytearray | None) -> Iterable[tuple[int, Any]]:
     """`(position, record)` for every record that may hold an older shape.
 
-    A fast-check verdict taken while scanning (`LineRecords`) is "certainly a valid current event",
-    and no older shape passes the fast check, so only the uncertain positions are parsed (on the
-    common path: none). Parsed records (other backends) are all offered; `_may_be_older` sorts
-    them with a few dict lookups each.
+    A fast-check verdict taken while reading is "certainly a valid current event", and no older
+    shape passes the fast check, so with verdicts only the uncertain positions are offered (on the
+    common path: none). Without them every record is offered; `_may_be_older` sorts them with a
+    few dict lookups each.
     """
-    verdicts = records.verdicts if isinstance(records, LineRecords) else None
-    if verdicts is None:
+    if verdicts is None or len(verdicts) != len(records):
         return enumerate(records)
     unsure: list[int] = []
-    index = verdicts.find(0)
+    index = verdicts.find(FAST_UNSURE)
     while index >= 0:
         unsure.append(index)
-        index = verdicts.find(0, index + 1)
+        index = verdicts.find(FAST_UNSURE, index + 1)
     return [(index, records[index]) for index in unsure]
 
 
@@ -336,7 +334,11 @@ class MalformedAt(Record):
 
 
 def migrate_legacy_shapes(
-    session_id: str, records: LineRecords | list[dict[str, Any]], *, by_seq: bool = False
+    session_id: str,
+    records: list[dict[str, Any]],
+    *,
+    verdicts: bytearray | None = None,
+    by_seq: bool = False,
 ) -> MalformedAt | None:
     """Migrate every older upstream shape in `records`, in place; report the first malformed one.
 
@@ -344,6 +346,8 @@ def migrate_legacy_shapes(
         session_id: The session the records belong to (part of the ids given to old messages).
         records: A whole log from seq 0 (`by_seq=False`: position = seq), or a typed selection
             (`by_seq=True`: earlier messages are looked up by their seq among the selection).
+        verdicts: The fast-check verdicts of `records` by position, when the backend took them; a
+            migrated record's verdict is updated in place.
         by_seq: See `records`.
 
     Returns:
@@ -363,7 +367,7 @@ def migrate_legacy_shapes(
         return _message_id(earlier) if type(earlier) is dict and earlier.get("seq") == seq else None
 
     older_types = _OLDER_TYPES
-    for index, record in _candidates(records):
+    for index, record in _candidates(records, verdicts):
         if type(record) is not dict:
             continue
         kind = record.get("type")
@@ -375,8 +379,7 @@ def migrate_legacy_shapes(
             return MalformedAt(index, str(error))
         if migrated is record:
             continue
-        if isinstance(records, LineRecords):
-            records.replace(index, migrated, fast_check(migrated, index) if records.verdicts is not None else None)
-        else:
-            records[index] = migrated
+        records[index] = migrated
+        if verdicts is not None and len(verdicts) == len(records):
+            verdicts[index] = fast_check(migrated, index)
     return None

@@ -261,9 +261,25 @@ class StoredLog(Record):
         location: The artifact path, when the backend has one.
         next_seq: Typed reads: the stored next seq (the whole log's length), since `events` then
             holds only the selected records. None means `len(events)` (a full load).
+        verdicts: `dsh.session.fastcheck` verdicts of `events` by position, when the backend took
+            them while reading a full load (validation then judges only the uncertain records).
+        viewable: The records are fresh parses the read rules accept unchanged (no integer beyond
+            64 bits, no `-0.0`) and nobody else holds them, so the read path may hand their payloads
+            out as lazily frozen views instead of copying them whole.
     """
 
-    __slots__ = ("events", "first_unknown", "header", "location", "next_seq", "oversized_int_at", "revision", "torn")
+    __slots__ = (
+        "events",
+        "first_unknown",
+        "header",
+        "location",
+        "next_seq",
+        "oversized_int_at",
+        "revision",
+        "torn",
+        "verdicts",
+        "viewable",
+    )
     header: Mapping[str, Any]
     events: Sequence[dict[str, Any]]
     revision: Revision
@@ -272,6 +288,8 @@ class StoredLog(Record):
     oversized_int_at: int | None
     location: str | None
     next_seq: int | None
+    verdicts: bytearray | None
+    viewable: bool
 
     def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
         self,
@@ -283,8 +301,11 @@ class StoredLog(Record):
         oversized_int_at: int | None = None,
         location: str | None = None,
         next_seq: int | None = None,
+        verdicts: bytearray | None = None,
+        viewable: bool = False,
     ) -> None:
-        set_fields(self, header, events, revision, torn, first_unknown, oversized_int_at, location, next_seq)
+        values = (header, events, revision, torn, first_unknown, oversized_int_at, location, next_seq)
+        set_fields(self, *values, verdicts, viewable)
 
 
 class StorageBackend(Protocol):

@@ -21,6 +21,7 @@ __all__ = [
     "EVENT_KEYS",
     "KNOWN_EVENT_TYPES",
     "LEGACY_EVENT_TYPES",
+    "SHAPE_CHECKED_TYPES",
     "SURFACE_TYPES",
     "SessionEvent",
     "SurfaceOp",
@@ -419,6 +420,10 @@ _CHECKS: Final[dict[str, Callable[[Any], str | None]]] = {
     "request/context": _check_request_context,
     "session/end-seed": _check_object,
 }
+
+
+SHAPE_CHECKED_TYPES: Final = frozenset(_CHECKS)
+"""The types whose payload shape `data_problem` checks; every other known type's payload is opaque."""
 
 
 def data_problem(kind: str, data: object) -> str | None:

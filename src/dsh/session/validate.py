@@ -13,7 +13,6 @@ from typing import Any, Literal
 from dsh._record import Record, set_fields
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
 from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, FAST_UNSURE, fast_check
-from dsh.session.stored import LineRecords
 from dsh.session.surface import Surface, SurfacePlan
 
 __all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
@@ -73,16 +72,16 @@ def check_records(
     records: Sequence[Mapping[str, Any]],
     surface: Surface,
     *,
+    verdicts: bytes | bytearray | None = None,
     known_only: bool = True,
 ) -> LogProblem | None:
     """Validate `records` as a log from seq 0, folding `surface` as it goes.
 
-    On a problem the surface holds the fold of the valid prefix only.
+    `verdicts` are `fast_check` verdicts of `records` by position, when the caller has them (a
+    backend may take them while it reads); only the records they are unsure of are then judged
+    here. On a problem the surface holds the fold of the valid prefix only.
     """
-    # A file backend may hand over verdicts it took while scanning (`LineRecords`); records then
-    # stay unparsed here unless the full rules must judge them.
-    verdicts = records.verdicts if isinstance(records, LineRecords) else None
-    if verdicts is not None:
+    if verdicts is not None and len(verdicts) == len(records):
         return _check_scanned(records, verdicts, surface, known_only)
     nodes = surface.nodes
     for index in range(len(records)):
@@ -102,7 +101,7 @@ def check_records(
 
 
 def _check_scanned(
-    records: Sequence[Mapping[str, Any]], verdicts: bytearray, surface: Surface, known_only: bool
+    records: Sequence[Mapping[str, Any]], verdicts: bytes | bytearray, surface: Surface, known_only: bool
 ) -> LogProblem | None:
     """`check_records` over scanned verdicts: only positions the scan was unsure of are visited.
 

@@ -80,12 +80,12 @@ from dsh.persistence.jsonl._format import (
     encode_batch,
     encode_header,
     relative_path,
-    scan_events,
     split_head,
 )
 from dsh.persistence.jsonl._index import IndexFiles
 from dsh.persistence.jsonl._listing import FolderReader, StoreListing
 from dsh.persistence.jsonl._open_logs import OpenLog, OpenLogs
+from dsh.persistence.jsonl._scan import scan_events
 from dsh.session.ids import encode_segment
 
 __all__ = ["JsonlBackend"]
@@ -393,16 +393,18 @@ class JsonlBackend:
         scan = scan_events(data, head.end, self.compression, ctx)
         revision = revision_of(st, data[-TAIL_BYTES:])
         torn = scan.torn
-        committed = len(scan.events) - (len(torn.recovered_events) if torn is not None else 0)
+        committed = len(scan.records) - (len(torn.recovered_events) if torn is not None else 0)
         tail = _Tail(revision, committed, torn.truncate_to if torn is not None else None)
         self._remember(path, tail)
         log = StoredLog(
             header=record,
-            events=scan.events,
+            events=scan.records,
             revision=revision,
             torn=torn,
             oversized_int_at=scan.oversized_int_at,
             location=path,
+            verdicts=scan.verdicts,
+            viewable=True,
         )
         return log, tail
 
