@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
@@ -164,19 +165,12 @@ def io_fault(
 
 def io_fault_injector(backend: object) -> IOFaultInjector | None:
     """The injector of a shipped backend (memory, JSONL, SQLite, PostgreSQL, or a subclass), else None."""
-    from dsh.persistence.jsonl import JsonlBackend
-    from dsh.persistence.memory import MemoryBackend
-    from dsh.persistence.postgres import PostgresBackend
-    from dsh.persistence.sqlite import SqliteBackend
-
-    if isinstance(backend, MemoryBackend):
-        return _memory_faults
-    if isinstance(backend, JsonlBackend):
-        return _jsonl_faults
-    if isinstance(backend, SqliteBackend):
-        return _sqlite_faults
-    if isinstance(backend, PostgresBackend):
-        return _postgres_faults
+    # An instance exists only once its backend's package was imported, so a package not loaded yet
+    # cannot be the answer: looking in `sys.modules` keeps a memory-only test from loading the others.
+    for package, name, injector in _SHIPPED:
+        module = sys.modules.get(package)
+        if module is not None and isinstance(backend, getattr(module, name)):
+            return injector
     return None
 
 
@@ -240,3 +234,12 @@ def _postgres_faults(backend: Any, shot: IOFaultShot) -> AbstractContextManager[
 
     # The rows go in through the backend's `Writes`; leaving its transaction block rolls it back.
     return replaced(backend._writes, "insert_events", make)  # noqa: SLF001 - the write step tests replace
+
+
+_SHIPPED: tuple[tuple[str, str, IOFaultInjector], ...] = (
+    ("dsh.persistence.memory", "MemoryBackend", _memory_faults),
+    ("dsh.persistence.jsonl", "JsonlBackend", _jsonl_faults),
+    ("dsh.persistence.sqlite", "SqliteBackend", _sqlite_faults),
+    ("dsh.persistence.postgres", "PostgresBackend", _postgres_faults),
+)
+"""The shipped backends: where each class is exported, and its injector."""
