@@ -33,6 +33,7 @@ from dsh.persistence.sqlite import SqliteBackend
 from dsh.persistence.sqlite import _backend as sqlite_backend
 from dsh.session.events import KNOWN_EVENT_TYPES, SessionEvent, make_event
 from dsh.session.header import SessionHeader, SessionId
+from dsh.testing.io_faults import io_fault
 from dsh.testing.sqlite_writer import RawText, SqliteStoredLogWriter
 from tests.helpers import examples
 from tests.persistence.helpers import raw_sql
@@ -333,9 +334,10 @@ async def test_batch_is_all_or_nothing_under_an_injected_fault(
     await materialize(backend)
     for kind in ("partial-write", "sync", "rollback"):
         before = (await writer.snapshot("s1"), await backend.read_revision("s1"))
-        backend.arm_io_fault(kind, PersistenceIOError(f"injected {kind}"))
-        with pytest.raises(PersistenceIOError, match=f"injected {kind}"):
-            await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
+        with io_fault(backend, kind, PersistenceIOError(f"injected {kind}")) as shot:
+            with pytest.raises(PersistenceIOError, match=f"injected {kind}"):
+                await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
+        assert shot.struck
         assert (await writer.snapshot("s1"), await backend.read_revision("s1")) == before
     await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
     log = await backend.load("s1")
@@ -345,8 +347,7 @@ async def test_batch_is_all_or_nothing_under_an_injected_fault(
 
 async def test_a_failed_first_batch_materializes_nothing(backend: SqliteBackend) -> None:
     """A fault during materialization leaves no sessions row: nothing exists before the first batch."""
-    backend.arm_io_fault("sync", PersistenceIOError("injected"))
-    with pytest.raises(PersistenceIOError):
+    with io_fault(backend, "sync", PersistenceIOError("injected")), pytest.raises(PersistenceIOError):
         await materialize(backend)
     assert not await backend.exists("s1")
     assert await backend.list_headers() == ([], [])

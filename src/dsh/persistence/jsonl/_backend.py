@@ -26,7 +26,6 @@ import zstandard
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict, adopt
-from dsh.persistence._faults import IOFaultSlot
 from dsh.persistence._locks import WriterLocks, writer_active
 from dsh.persistence._workers import WriterThreads
 from dsh.persistence.base import (
@@ -68,6 +67,8 @@ from dsh.persistence.jsonl._files import (
     regular_stat,
     remove_stale,
     revision_of,
+    truncate_durably,
+    write_and_sync,
     wrong_encoding_error,
 )
 from dsh.persistence.jsonl._format import (
@@ -128,8 +129,10 @@ class JsonlBackend:
     """JSONL session logs under one root directory; declares `ARTIFACT_PATHS` and `EAGER_APPENDS`.
 
     Without `TYPED_READS` it has no `load_typed`: a log is one file read whole, so the coordinator
-    answers a typed `read_events` with a full `load` and filters it. It offers the
-    `dsh.testing.IOFaultSeam` (`arm_io_fault`).
+    answers a typed `read_events` with a full `load` and filters it. Every durable write goes through
+    two private primitives, `_write_and_sync` (write + fsync) and `_truncate_durably` (the rollback of
+    a failed append), which tests replace on one instance to fail a write from the inside
+    (`dsh.testing.io_faults`).
 
     Args:
         root: The store directory (default in the runtime: `$DSH_HOME/sessions`); made absolute once.
@@ -187,7 +190,6 @@ class JsonlBackend:
         self._open_logs = OpenLogs()
         self._writers = WriterThreads("dsh-jsonl-writer", _WRITER_THREADS)
         self._local = threading.local()
-        self._faults = IOFaultSlot()
         self._closed = False
         self.read_only = read_only
 
@@ -441,14 +443,10 @@ class JsonlBackend:
 
     # ---------------------------------------------------------------- writes
 
-    def arm_io_fault(self, kind: str, error: BaseException) -> None:
-        """Test support (`dsh.testing.IOFaultSeam`): fail the next append or repair from the inside.
-
-        `partial-write` writes half of the batch, `sync` writes all of it and fails at `fsync`,
-        `rollback` writes half and makes the rollback fail too. The batch is rolled back before
-        `error` is raised (except for `rollback`, which reports the failed rollback).
-        """
-        self._faults.arm(kind, error)
+    # The two steps of every durable write (`_files.append_durably`, `_files.link_new_file`), kept as
+    # class attributes so that a test can replace them on one instance (`dsh.testing.io_faults`).
+    _write_and_sync = staticmethod(write_and_sync)
+    _truncate_durably = staticmethod(truncate_durably)
 
     def _remember(self, path: str, tail: _Tail) -> None:
         with self._mutex:
@@ -526,7 +524,7 @@ class JsonlBackend:
         pre = _lstat(project)
         ensure_dir(directory)
         try:
-            st = link_new_file(path, data, self._faults.take())
+            st = link_new_file(path, data, self._write_and_sync)
         except FileExistsError as error:
             raise SessionAlreadyExistsError(
                 f'refusing to materialize "{session_id}": a log already exists on disk (load/resume it instead)',
@@ -601,7 +599,15 @@ class JsonlBackend:
         the next batch (the caller must not close it once this returned)."""
         size, next_seq = at
         data = self._frame(encode_batch(records))
-        append_durably(fd, data, size, path=path, session_id=session_id, fault=self._faults.take())
+        append_durably(
+            fd,
+            data,
+            size,
+            path=path,
+            session_id=session_id,
+            write=self._write_and_sync,
+            truncate=self._truncate_durably,
+        )
         st = os.fstat(fd)
         tail = os.pread(fd, TAIL_BYTES, max(st.st_size - TAIL_BYTES, 0))
         revision = revision_of(st, tail)
@@ -614,7 +620,15 @@ class JsonlBackend:
         """Append one batch through a kept descriptor whose file was just verified unchanged."""
         data = self._frame(encode_batch(records))
         try:
-            append_durably(log.fd, data, log.size, path=log.path, session_id=session_id, fault=self._faults.take())
+            append_durably(
+                log.fd,
+                data,
+                log.size,
+                path=log.path,
+                session_id=session_id,
+                write=self._write_and_sync,
+                truncate=self._truncate_durably,
+            )
         except BaseException:
             # Rolled back, but the file's times changed: the next append opens and checks afresh.
             self._drop_open(session_id)

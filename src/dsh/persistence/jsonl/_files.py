@@ -6,13 +6,14 @@ is `fsync`ed, and a directory is `fsync`ed after an entry in it was created, lin
 logs appear atomically through a private temp file that is linked into place (`os.link` fails
 instead of overwriting, so two concurrent materializations cannot both win); appends remember the
 previous size and truncate back to it on any failure, so a batch is all-or-nothing and a retry never
-sees a gap or a duplicate.
+sees a gap or a duplicate. The two steps of a durable write, `write_and_sync` and `truncate_durably`,
+are passed in by the backend, which keeps them as its private primitives so a test can fail either
+one (`dsh.testing.io_faults`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import secrets
@@ -24,7 +25,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Final
 
-from dsh.persistence._faults import IOFault
 from dsh.persistence.base import Revision
 from dsh.persistence.errors import AppendConflictError, PersistenceIOError, StoreMisconfiguredError
 from dsh.persistence.jsonl._format import Compression, HeadLine, LogContext, split_head
@@ -35,6 +35,8 @@ __all__ = [
     "TAIL_BYTES",
     "FileReads",
     "Opener",
+    "Truncate",
+    "Write",
     "raw_open",
     "append_durably",
     "check_contiguous",
@@ -56,6 +58,8 @@ __all__ = [
     "regular_stat",
     "remove_stale",
     "revision_of",
+    "truncate_durably",
+    "write_and_sync",
     "wrong_encoding_error",
 ]
 
@@ -151,12 +155,22 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_and_sync(fd: int, data: bytes, fault: IOFault | None) -> None:
-    """Write all of `data` and fsync; an armed test fault fails half-way (or, `sync`, instead of the fsync)."""
-    if fault is not None:
-        _write_all(fd, data[: fault.staged_length(len(data))])
-        raise fault.error
+Write = Callable[[int, bytes], None]
+"""The write step of a durable write: all of the bytes to the descriptor, then durable (`write_and_sync`)."""
+
+Truncate = Callable[[int, int], None]
+"""The rollback step of a failed append: cut the file back to a size, durably (`truncate_durably`)."""
+
+
+def write_and_sync(fd: int, data: bytes) -> None:
+    """Write all of `data` and fsync."""
     _write_all(fd, data)
+    os.fsync(fd)
+
+
+def truncate_durably(fd: int, size: int) -> None:
+    """Cut the file back to `size` bytes and fsync."""
+    os.ftruncate(fd, size)
     os.fsync(fd)
 
 
@@ -401,8 +415,8 @@ def ensure_dir(directory: str) -> None:
     fsync_dir(parent)
 
 
-def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_result:
-    """Publish a new file atomically: `<path>.<12 hex>.tmp` (O_EXCL, 0600), fsync, link, unlink, dir fsync.
+def link_new_file(path: str, data: bytes, write: Write) -> os.stat_result:
+    """Publish a new file atomically: `<path>.<12 hex>.tmp` (O_EXCL, 0600), `write`, link, unlink, dir fsync.
 
     The temp file is removed on every failure; one left by a crash is swept at the next open.
 
@@ -414,7 +428,7 @@ def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_resu
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
-            _write_and_sync(fd, data, fault)
+            write(fd, data)
         finally:
             os.close(fd)
         # link() never overwrites: of two concurrent materializations exactly one succeeds.
@@ -485,10 +499,12 @@ def check_contiguous(session_id: str, path: str, records: Sequence[Mapping[str, 
             )
 
 
-def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: str, fault: IOFault | None) -> None:
-    """Write `data` at the end of the log (whose size is `size`) and fsync; all or nothing.
+def append_durably(
+    fd: int, data: bytes, size: int, *, path: str, session_id: str, write: Write, truncate: Truncate
+) -> None:
+    """`write` `data` at the end of the log (whose size is `size`), all or nothing.
 
-    On any failure the file is truncated back to `size` and fsynced before the error propagates
+    On any failure the file is cut back to `size` (`truncate`, durably) before the error propagates
     (an `OSError` as `PersistenceIOError`), so a retry neither duplicates nor skips a seq.
 
     Raises:
@@ -496,13 +512,10 @@ def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: st
             rollback failed too; then both errors are attached as an `ExceptionGroup` cause.
     """
     try:
-        _write_and_sync(fd, data, fault)
+        write(fd, data)
     except Exception as error:
         try:
-            if fault is not None and fault.fails_rollback:
-                raise OSError(errno.EIO, "injected rollback failure")
-            os.ftruncate(fd, size)
-            os.fsync(fd)
+            truncate(fd, size)
         except OSError as rollback_error:
             raise PersistenceIOError(
                 f"failed to roll back append to {path}", session_id=session_id, location=path

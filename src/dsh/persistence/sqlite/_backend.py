@@ -30,7 +30,6 @@ from typing import Any, Final, Literal, Self, TypeVar
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
-from dsh.persistence._faults import IOFault, IOFaultSlot
 from dsh.persistence._locks import WriterLocks
 from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
 from dsh.persistence.errors import (
@@ -175,7 +174,6 @@ class SqliteBackend:
         self._store_id = ""
         self._writer: _Lane | None = None
         self._readers: list[_Lane] = []
-        self._faults = IOFaultSlot()
         self._opening = asyncio.Lock()
 
     # ----------------------------------------------------------------------------------------------
@@ -477,11 +475,10 @@ class SqliteBackend:
         self._refuse_read_only(f'write session "{session_id}"')
         writer, _ = self._lanes()
         batch = tuple(events)
-        fault = self._faults.take()
         return await self._translate(
             writer.run(
                 lambda conn: self._append(
-                    conn, session_id=session_id, header=header, events=batch, materialized=materialized, fault=fault
+                    conn, session_id=session_id, header=header, events=batch, materialized=materialized
                 )
             ),
             f'append to session "{session_id}"',
@@ -496,7 +493,6 @@ class SqliteBackend:
         header: Mapping[str, Any],
         events: Sequence[SessionEvent],
         materialized: bool,
-        fault: IOFault | None,
     ) -> Revision:
         # Encode before taking the write lock: the lock is held only for the database work.
         rows = [event_row(session_id, event) for event in events]
@@ -548,19 +544,22 @@ class SqliteBackend:
                 )
             else:
                 incarnation, revision = current[1], current[2]
-            if fault is None:
-                conn.executemany(INSERT_EVENT, rows)
-            else:
-                # Test seam: fail after staging part (or, at the commit step, all) of the batch;
-                # the rollback below undoes it, exactly as for a real driver failure.
-                conn.executemany(INSERT_EVENT, rows[: fault.staged_length(len(rows))])
-                raise fault.error
+            self._insert_events(conn, rows)
             # With synchronous=FULL the WAL is fsynced before COMMIT returns: durable on return.
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn, session_id, self._location)
             raise
         return self._revision(incarnation, revision)
+
+    @staticmethod
+    def _insert_events(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """The write step of every batch, inside its transaction.
+
+        One primitive, so that a test can fail it on one instance after part (or all) of the rows
+        went in, and see the transaction roll back (`dsh.testing.io_faults`).
+        """
+        conn.executemany(INSERT_EVENT, rows)
 
     def start_append(
         self,
@@ -584,14 +583,11 @@ class SqliteBackend:
         self._refuse_read_only(f'write session "{session_id}"')
         writer, _ = self._lanes()
         batch = tuple(events)
-        fault = self._faults.take()
         location = self._location
 
         def append(conn: sqlite3.Connection) -> Revision:
             try:
-                return self._append(
-                    conn, session_id=session_id, header=header, events=batch, materialized=True, fault=fault
-                )
+                return self._append(conn, session_id=session_id, header=header, events=batch, materialized=True)
             except (sqlite3.Error, OSError, UnicodeError) as error:
                 raise PersistenceIOError(
                     f'sqlite: cannot append to session "{session_id}": {error}',
@@ -633,15 +629,6 @@ class SqliteBackend:
     def locate(self, header: Mapping[str, Any]) -> str | None:
         """None: sessions are rows, not artifacts with paths."""
         return None
-
-    def arm_io_fault(self, kind: str, error: BaseException) -> None:
-        """`dsh.testing.IOFaultSeam`: fail the next append or repair inside its transaction.
-
-        `partial-write` raises after half the rows were inserted, `sync` just before `COMMIT`;
-        both roll back. A rollback cannot be made to fail here, so `rollback` acts as
-        `partial-write`.
-        """
-        self._faults.arm(kind, error)
 
     # ----------------------------------------------------------------------------------------------
     # Diagnostics
