@@ -37,7 +37,7 @@
 static PyObject *k_type, *k_seq, *k_time, *k_data, *k_surface_op, *k_turn, *k_step, *k_chunk, *k_call_id,
     *k_name, *k_arguments, *k_provider, *k_model, *k_context_window, *k_trigger, *k_reason, *k_kind,
     *k_message, *k_id, *k_role, *k_content, *k_source, *k_usage, *k_interrupted, *k_tool_call_id,
-    *k_is_error, *k_error, *k_code;
+    *k_is_error, *k_error, *k_code, *k_cached_input_tokens;
 static PyObject *s_append, *s_user, *s_assistant, *s_model, *s_tool, *s_tool_result, *s_aborted, *s_error,
     *s_disposed;
 static PyObject *t_turn_start, *t_turn_end, *t_step_start, *t_step_end, *t_chunk, *t_tool_call,
@@ -191,7 +191,8 @@ check_turn_end(PyObject *r, Py_ssize_t index)
     if (!is_nonempty_str(kind) || str_is(kind, s_aborted) || str_is(kind, s_error) || str_is(kind, s_disposed)) {
         return 0;
     }
-    return 1;
+    /* Any key besides `turn` and `reason` (an older log's `usage`): the read pipeline judges it. */
+    return PyDict_GET_SIZE(d) == 2 ? 1 : 0;
 }
 
 static int
@@ -209,7 +210,12 @@ check_chunk(PyObject *r, Py_ssize_t index)
         return 0;
     }
     PyObject *chunk = dict_at(d, k_chunk);
-    return chunk != NULL && is_nonempty_str(get(chunk, k_type)) ? 1 : 0;
+    if (chunk == NULL) {
+        return 0;
+    }
+    /* A usage chunk may hold an older usage shape, which the read pipeline migrates. */
+    PyObject *kind = get(chunk, k_type);
+    return is_nonempty_str(kind) && !str_is(kind, k_usage) ? 1 : 0;
 }
 
 static int
@@ -274,7 +280,8 @@ check_assistant_message(PyObject *r, Py_ssize_t index)
         return 0;
     }
     PyObject *usage = get(d, k_usage);
-    if (usage != NULL && !PyDict_CheckExact(usage)) {
+    /* An older usage shape (`cachedInputTokens`) is migrated by the read pipeline. */
+    if (usage != NULL && (!PyDict_CheckExact(usage) || get(usage, k_cached_input_tokens) != NULL)) {
         return 0;
     }
     PyObject *interrupted = get(d, k_interrupted);
@@ -539,7 +546,7 @@ static PyObject **key_slots[] = {
     &k_type, &k_seq, &k_time, &k_data, &k_surface_op, &k_turn, &k_step, &k_chunk, &k_call_id, &k_name,
     &k_arguments, &k_provider, &k_model, &k_context_window, &k_trigger, &k_reason, &k_kind, &k_message,
     &k_id, &k_role, &k_content, &k_source, &k_usage, &k_interrupted, &k_tool_call_id, &k_is_error,
-    &k_error, &k_code,
+    &k_error, &k_code, &k_cached_input_tokens,
 };
 
 /* `orjson` hands out one cached str object per object key it has seen recently. A dict lookup whose
@@ -722,6 +729,7 @@ intern_all(void)
     INTERN(k_id, "id") INTERN(k_role, "role") INTERN(k_content, "content") INTERN(k_source, "source")
     INTERN(k_usage, "usage") INTERN(k_interrupted, "interrupted") INTERN(k_tool_call_id, "toolCallId")
     INTERN(k_is_error, "isError") INTERN(k_error, "error") INTERN(k_code, "code")
+    INTERN(k_cached_input_tokens, "cachedInputTokens")
     INTERN(s_append, "append") INTERN(s_user, "user") INTERN(s_assistant, "assistant") INTERN(s_model, "model")
     INTERN(s_tool, "tool") INTERN(s_tool_result, "tool-result") INTERN(s_aborted, "aborted")
     INTERN(s_error, "error") INTERN(s_disposed, "disposed")
