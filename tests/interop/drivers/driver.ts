@@ -107,6 +107,8 @@ function inspection(result: { meta: unknown; events: readonly unknown[] }): Json
 const OPERATIONS: Record<string, (harness: Harness, request: Request) => Promise<Json>> = {
   /** `persistence.list()`: the stored headers. */
   list: async harness => (await harness.persistence.list()) as unknown as Json,
+  /** `persistence.listSnapshots()`: each stored header with the harness's revision token. */
+  snapshots: async harness => (await harness.persistence.listSnapshots()) as unknown as Json,
   /** `persistence.inspect(id)`: the balanced logical log, nothing written. */
   inspect: async (harness, request) =>
     inspection(await harness.persistence.inspect(field<string>(request, 'session') as SessionId)),
@@ -143,11 +145,28 @@ const OPERATIONS: Record<string, (harness: Harness, request: Request) => Promise
     await appendBatches(harness, session, (request.batches ?? []) as unknown as Append[][])
     return { seq: session.seq }
   },
-  /** Resume `source`, fork it through `boundary` (or its end) as `child`, append the child's batches. */
+  /**
+   * Resume `source`, fork it through `boundary` (or its end) as `child`, append the child's batches.
+   * Without `meta` this is `sessions.fork`; with it, the child is created from the same prefix with
+   * that lineage added (`origin`, `delegationDepth`, ...), as a subagent provider forks a child.
+   */
   fork: async (harness, request) => {
     const source = await resume(harness, field<string>(request, 'source') as SessionId)
     const boundary = request.boundary === undefined || request.boundary === null ? undefined : (request.boundary as number)
-    const child = harness.sessions.fork(source, boundary, field<string>(request, 'child') as SessionId)
+    const childId = field<string>(request, 'child') as SessionId
+    let child: Session
+    if (request.meta === undefined) {
+      child = harness.sessions.fork(source, boundary, childId)
+    } else {
+      const seed = source.events.slice(0, (boundary ?? source.events.length - 1) + 1)
+      const meta = {
+        ...(source.header.cwd === undefined ? {} : { cwd: source.header.cwd }),
+        ...(request.meta as Record<string, Json>),
+        parentSession: source.id,
+        seedLength: seed.length,
+      }
+      child = harness.sessions.create(childId, { seed, meta: meta as never })
+    }
     await appendBatches(harness, child, (request.batches ?? []) as unknown as Append[][])
     return { header: child.header as unknown as Json, seq: child.seq }
   },
