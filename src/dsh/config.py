@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -64,9 +64,18 @@ class _Section(BaseModel):
 
 
 class PersistenceConfig(_Section):
-    """Persistence settings: the write-behind window (docs/glossary.md#write-behind-window)."""
+    """Persistence settings.
+
+    Attributes:
+        write_batch_max_delay_ms: The write-behind window (docs/glossary.md#write-behind-window).
+        compression: The encoding of the JSONL logs dsh creates (`DSH_PERSISTENCE__COMPRESSION`):
+            `zstd` (`session.jsonl.zstd`, the default) or `none` (`session.jsonl`). Existing logs
+            are read and appended to in their own encoding, whatever this says
+            (docs/storage-format.md#jsonl-layout).
+    """
 
     write_batch_max_delay_ms: int = Field(default=200, ge=1, le=_MAX_INT32)
+    compression: Literal["zstd", "none"] = "zstd"
 
 
 class PostgresConfig(_Section):

@@ -38,6 +38,7 @@ _MIN: Final = -SAFE_INT_MAX
 # (`disposed`, an aborted or error reason without its nested part): the full rules and the read
 # pipeline's migrations judge those.
 _FULL_CHECK_REASONS: Final = frozenset({"aborted", "error", "disposed"})
+_FULL_CHECK_CHUNKS: Final = frozenset({"", "usage"})
 
 # Every checker takes the whole record and its index, reads keys directly and returns its verdict:
 # a missing key or a wrong container type raises, which `fast_check` turns into "not certain".
@@ -98,6 +99,7 @@ def _turn_end(r: Any, i: int) -> int:
     if reason.__class__ is not _dict:
         return FAST_UNSURE
     kind = reason["kind"]
+    # Any key besides `turn` and `reason` (an older log's `usage`): the read pipeline judges it.
     if (
         _MIN <= time <= _MAX
         and turn.__class__ is _int
@@ -105,6 +107,7 @@ def _turn_end(r: Any, i: int) -> int:
         and kind.__class__ is _str
         and kind != ""
         and kind not in _FULL_CHECK_REASONS
+        and len(d) == 2
     ):
         return FAST_LOG_ONLY
     return FAST_UNSURE
@@ -148,7 +151,9 @@ def _chunk(r: Any, i: int) -> int:
         and 0 <= turn <= _MAX
         and 0 <= step <= _MAX
         and kind.__class__ is _str
-        and kind != ""
+        # Not empty, and not a usage chunk: one may hold an older usage shape, which the read
+        # pipeline migrates.
+        and kind not in _FULL_CHECK_CHUNKS
     ):
         return FAST_LOG_ONLY
     return FAST_UNSURE
@@ -265,7 +270,8 @@ def _assistant_message(r: Any, i: int) -> int:
     source = message["source"]
     if source["kind"] != "model" or source["provider"].__class__ is not _str or source["model"].__class__ is not _str:
         return FAST_UNSURE
-    if "usage" in d and d["usage"].__class__ is not _dict:
+    # An older usage shape (`cachedInputTokens`) is migrated by the read pipeline.
+    if "usage" in d and (d["usage"].__class__ is not _dict or "cachedInputTokens" in d["usage"]):
         return FAST_UNSURE
     return FAST_SURFACE_APPEND if "interrupted" not in d or d["interrupted"] is True else FAST_UNSURE
 

@@ -248,7 +248,8 @@ class ScriptedModelClient:
             usage = Usage(
                 response.usage.input_tokens,
                 response.usage.output_tokens,
-                response.usage.cached_input_tokens,
+                response.usage.cache_read_tokens,
+                response.usage.cache_write_tokens,
                 response.usage.reasoning_tokens,
             )
         error = None

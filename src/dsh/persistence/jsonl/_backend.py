@@ -2,7 +2,8 @@
 
 Layer: persistence (private to `dsh.persistence.jsonl`). `JsonlBackend` implements the
 `StorageBackend` hooks over a directory tree (docs/storage-format.md#jsonl-layout):
-`<root>/<project key>/<encoded id>/session.jsonl.zstd` (or `session.jsonl`). The pure codec
+`<root>/<project key>/<encoded id>/session.jsonl.zstd` or `session.jsonl`, each log read and
+appended to in the encoding its file name says, new logs written in the configured one. The pure codec
 (layout, encoding, framing, the scanner and its torn/corruption rules) lives in `_format`, the
 blocking file primitives in `_files`; this module owns the backend: stable reads, durable
 materialization (temp file + `fsync` + `os.link`), appends with rollback, repairs, the listing
@@ -49,6 +50,7 @@ from dsh.persistence.errors import (
     StoreMisconfiguredError,
 )
 from dsh.persistence.jsonl._files import (
+    LOG_NAMES,
     TAIL_BYTES,
     Opener,
     append_durably,
@@ -59,6 +61,8 @@ from dsh.persistence.jsonl._files import (
     flat_legacy_error,
     keep_torn_copy,
     link_new_file,
+    log_compression,
+    log_in,
     path_exists,
     project_dirs,
     raw_open,
@@ -69,7 +73,6 @@ from dsh.persistence.jsonl._files import (
     revision_of,
     truncate_durably,
     write_and_sync,
-    wrong_encoding_error,
 )
 from dsh.persistence.jsonl._format import (
     Compression,
@@ -136,8 +139,10 @@ class JsonlBackend:
 
     Args:
         root: The store directory (default in the runtime: `$DSH_HOME/sessions`); made absolute once.
-        compression: `"zstd"` (default: one checksummed frame per durable batch) or `"none"` (plain
-            `.jsonl`). One root holds one encoding; the other encoding's artifacts are refused.
+        compression: The encoding of the logs this backend creates: `"zstd"` (default, one
+            checksummed frame per durable batch, `session.jsonl.zstd`) or `"none"` (plain lines,
+            `session.jsonl`). An existing log is read and appended to in its own encoding, taken
+            from its file name, so one root may hold both.
         zstd_level: The zstd compression level (1..22).
         opener: Replaces `open(path, "rb")` for every read, e.g. to count the bytes read.
         read_only: Never write: `open` sweeps no temp files, and every write, repair and writer
@@ -174,12 +179,10 @@ class JsonlBackend:
         self.capabilities: frozenset[Capability] = _CAPABILITIES
         self._root = str(self.root)
         self._opener: Opener = opener if opener is not None else raw_open
-        self._artifact = artifact_name(compression)
-        self._opposite = artifact_name("none" if compression == "zstd" else "zstd")
         self._locks = WriterLocks(Path(self._root + ".locks"))
         self._listing = StoreListing(
             self._root,
-            FolderReader(self._opener, compression),
+            FolderReader(self._opener),
             IndexFiles(self._root + ".index", writable=not read_only),
         )
         self._mutex = threading.Lock()
@@ -223,9 +226,9 @@ class JsonlBackend:
             self._local.compressor = compressor
         return compressor
 
-    def _frame(self, text: bytes) -> bytes:
+    def _frame(self, text: bytes, compression: Compression) -> bytes:
         """Zstd: one independent, checksummed frame; raw: the text itself."""
-        return self._compressor().compress(text) if self.compression == "zstd" else text
+        return self._compressor().compress(text) if compression == "zstd" else text
 
     def _relative(self, path: str) -> str:
         """`path` relative to the root, `/`-separated (the artifact paths this backend builds are below it)."""
@@ -275,8 +278,6 @@ class JsonlBackend:
             names = os.listdir(directory)
         except OSError:
             return
-        if self._opposite in names:
-            raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
         stale = [name for name in names if _TEMP_NAME.match(name)]
         if self.read_only:
             return
@@ -303,19 +304,29 @@ class JsonlBackend:
     # ---------------------------------------------------------------- lookup
 
     def locate(self, header: Mapping[str, Any]) -> str | None:
-        """The artifact path a header names (id + cwd), without I/O; None for an unusable header."""
+        """The artifact path a header names (id + cwd), without I/O; None for an unusable header.
+
+        The log this instance last found or wrote for the id when it is in the folder the header
+        names (it may be of either encoding); otherwise the path a new log gets.
+        """
         session_id = header.get("id")
         cwd = header.get("cwd")
         if type(session_id) is not str or not session_id or (cwd is not None and type(cwd) is not str):
             return None
-        return os.path.join(self._root, relative_path(session_id, cwd, self.compression))
+        path = os.path.join(self._root, relative_path(session_id, cwd, self.compression))
+        with self._mutex:
+            known = self._paths.get(session_id)
+        if known is not None and os.path.dirname(known) == os.path.dirname(path):
+            return known
+        return path
 
     def _find(self, session_id: str) -> str | None:
         """The artifact of `session_id`: the cached path if it still exists, else a probe of every project.
 
         Raises:
-            StoreMisconfiguredError: The id's artifact uses the other encoding or the flat layout.
-            SessionCorruptionError: The id exists in several project directories.
+            StoreMisconfiguredError: The id's artifact uses the flat layout.
+            SessionCorruptionError: The id exists in several project directories, or its session
+                folder holds a log of each encoding.
         """
         with self._mutex:
             cached = self._paths.get(session_id)
@@ -328,14 +339,13 @@ class JsonlBackend:
         found: list[str] = []
         for project in self._project_dirs():
             directory = os.path.join(project, segment)
-            candidate = os.path.join(directory, self._artifact)
             try:
-                # Anything at the artifact path is stored, even when it cannot be read: a directory
-                # or a FIFO there is refused by the read (never opened), not reported as "not found".
-                if path_exists(candidate):
+                # Anything at a log's path is stored, even when it cannot be read: a directory or a
+                # FIFO there is refused by the read (never opened), not reported as "not found".
+                present = [name for name in LOG_NAMES if path_exists(os.path.join(directory, name))]
+                candidate = log_in(directory, present, session_id)
+                if candidate is not None:
                     found.append(candidate)
-                elif path_exists(os.path.join(directory, self._opposite)):
-                    raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
                 check_flat(project, segment)
             except PermissionError:
                 # An unreadable project folder hides nothing else: the listing reports it as damaged.
@@ -385,14 +395,15 @@ class JsonlBackend:
         """Read and scan one artifact; also returns (and remembers) what the next write needs."""
         data, st = read_stable(self._opener, path)
         ctx = LogContext(session_id, path)
-        head = split_head(data, self.compression, ctx)
+        compression = log_compression(path)
+        head = split_head(data, compression, ctx)
         if head is None:
-            kind = "Zstandard session log" if self.compression == "zstd" else "session log"
+            kind = "Zstandard session log" if compression == "zstd" else "session log"
             raise ctx.corrupt(f"empty or header-less {kind}")
         record = decode_header(head.line, ctx)
         check_version(record, ctx)
-        check_identity(record, session_id, self._relative(path), self.compression, ctx)
-        scan = scan_events(data, head.end, self.compression, ctx)
+        check_identity(record, session_id, self._relative(path), compression, ctx)
+        scan = scan_events(data, head.end, compression, ctx)
         revision = revision_of(st, data[-TAIL_BYTES:])
         torn = scan.torn
         committed = len(scan.records) - (len(torn.recovered_events) if torn is not None else 0)
@@ -503,8 +514,8 @@ class JsonlBackend:
                 f'session "{session_id}": header cannot name an artifact', session_id=session_id
             )
         directory = os.path.dirname(path)
-        if path_exists(os.path.join(directory, self._opposite)):
-            raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
+        # A new log is written in the configured encoding, whatever `locate` remembered.
+        path = os.path.join(directory, artifact_name(self.compression))
         existing = self._find(session_id)
         if existing is not None:
             raise SessionAlreadyExistsError(
@@ -519,7 +530,8 @@ class JsonlBackend:
                 location=path,
             )
         body = encode_batch(events)
-        data = self._frame(encode_header(header)) + (self._frame(body) if body else b"")
+        compression = self.compression
+        data = self._frame(encode_header(header), compression) + (self._frame(body, compression) if body else b"")
         project = os.path.dirname(directory)
         pre = _lstat(project)
         ensure_dir(directory)
@@ -598,7 +610,7 @@ class JsonlBackend:
         """Append one encoded batch at `at = (size, next_seq)`, all or nothing; then keep `fd` open for
         the next batch (the caller must not close it once this returned)."""
         size, next_seq = at
-        data = self._frame(encode_batch(records))
+        data = self._frame(encode_batch(records), log_compression(path))
         append_durably(
             fd,
             data,
@@ -618,7 +630,7 @@ class JsonlBackend:
 
     def _write_open(self, session_id: str, log: OpenLog, records: Sequence[Mapping[str, Any]]) -> Revision:
         """Append one batch through a kept descriptor whose file was just verified unchanged."""
-        data = self._frame(encode_batch(records))
+        data = self._frame(encode_batch(records), log_compression(log.path))
         try:
             append_durably(
                 log.fd,

@@ -22,16 +22,22 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import IO, Any, Final
 
 from dsh.persistence.base import Revision
-from dsh.persistence.errors import AppendConflictError, PersistenceIOError, StoreMisconfiguredError
+from dsh.persistence.errors import (
+    AppendConflictError,
+    PersistenceIOError,
+    SessionCorruptionError,
+    StoreMisconfiguredError,
+)
 from dsh.persistence.jsonl._format import Compression, HeadLine, LogContext, split_head
 
 __all__ = [
     "FILE_MODE",
     "FILE_READS",
+    "LOG_NAMES",
     "TAIL_BYTES",
     "FileReads",
     "Opener",
@@ -42,6 +48,9 @@ __all__ = [
     "check_contiguous",
     "check_flat",
     "ensure_dir",
+    "log_compression",
+    "log_in",
+    "two_logs_error",
     "path_exists",
     "fd_revision",
     "flat_legacy_error",
@@ -60,7 +69,6 @@ __all__ = [
     "revision_of",
     "truncate_durably",
     "write_and_sync",
-    "wrong_encoding_error",
 ]
 
 _log = logging.getLogger("dsh.persistence")
@@ -244,14 +252,35 @@ def regular_stat(path: str) -> os.stat_result:
     return st
 
 
-def wrong_encoding_error(path: str, compression: Compression) -> StoreMisconfiguredError:
-    """The detector refusal for an artifact of the other encoding in a root."""
-    suffix = ".jsonl.zstd" if path.endswith(".zstd") else ".jsonl"
-    return StoreMisconfiguredError(
-        f'session artifact "{path}" uses {suffix}, but this backend is configured for compression '
-        f'"{compression}"; use a separate root or select the matching compression mode',
-        location=path,
+LOG_NAMES: Final = ("session.jsonl.zstd", "session.jsonl")
+"""The log file names of a session folder, one per encoding (docs/storage-format.md#jsonl-layout)."""
+
+
+def log_compression(path: str) -> Compression:
+    """The encoding of the log at `path`, from its file name: `.zstd` is zstd frames, else plain lines."""
+    return "zstd" if path.endswith(".zstd") else "none"
+
+
+def two_logs_error(directory: str, session_id: str | None) -> SessionCorruptionError:
+    """A session folder holding a log of each encoding: which one is the session cannot be told."""
+    return SessionCorruptionError(
+        f'session folder "{directory}" holds both session.jsonl.zstd and session.jsonl; '
+        "keep the one that is the session and move the other away",
+        session_id=session_id,
+        location=directory,
     )
+
+
+def log_in(directory: str, names: Collection[str], session_id: str | None) -> str | None:
+    """The log among a session folder's entry `names` (either encoding), or None when there is none.
+
+    Raises:
+        SessionCorruptionError: The folder holds a log of each encoding (`two_logs_error`).
+    """
+    found = [name for name in LOG_NAMES if name in names]
+    if len(found) > 1:
+        raise two_logs_error(directory, session_id)
+    return os.path.join(directory, found[0]) if found else None
 
 
 def flat_legacy_error(path: str) -> StoreMisconfiguredError:
