@@ -121,31 +121,3 @@ def test_dsh_agents_off_a_terminal_loads_no_rich_server_model_or_driver(tmp_path
     asyncio.run(_small_home(tmp_path))
     loaded = _packages_after(_run_agents(tmp_path, extra))
     assert sorted(loaded & {"rich", *SERVER_AND_MODEL}) == []
-
-
-START_UP_DATACLASSES = frozenset({"dsh.session.header.SessionHeader"})
-"""The only dataclass a `dsh agents` start defines. Every other record it loads is a `dsh._record.Record`,
-a `NamedTuple` or a slotted class: a dataclass costs about half a millisecond to define
-(docs/architecture.md#import-cost)."""
-
-
-@pytest.mark.slow
-def test_dsh_agents_defines_no_dataclass_beyond_the_listed_ones(tmp_path: Path) -> None:
-    """The modules a `dsh agents` start loads define no dataclass but the ones `START_UP_DATACLASSES` names."""
-    asyncio.run(_small_home(tmp_path))
-    report = (
-        "import dataclasses, json\n"
-        "found = sorted(f'{name}.{value.__qualname__}' for name, module in list(sys.modules.items())\n"
-        "    if name.startswith('dsh') for value in vars(module).values()\n"
-        "    if isinstance(value, type) and value.__module__ == name and dataclasses.is_dataclass(value))\n"
-        "print(json.dumps(found))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", f"{_run_agents(tmp_path, [])}\n{report}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert set(json.loads(done.stdout.splitlines()[-1])) <= START_UP_DATACLASSES

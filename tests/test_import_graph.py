@@ -39,7 +39,6 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "dsh._accel",
             "dsh._lazy_json",
-            "dsh._record",
             "dsh._speedups",
             "dsh.abort",
             "dsh.config",

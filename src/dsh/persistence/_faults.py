@@ -12,22 +12,17 @@ the seams share one shape and one meaning.
 from __future__ import annotations
 
 import threading
-
-from dsh._record import Record, set_fields
+from dataclasses import dataclass
 
 __all__ = ["IOFault", "IOFaultSlot"]
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class IOFault(Record):
+@dataclass(frozen=True, slots=True)
+class IOFault:
     """One armed fault: where it strikes (`partial-write`, `sync` or `rollback`) and what it raises."""
 
-    __slots__ = ("error", "kind")
     kind: str
     error: BaseException
-
-    def __init__(self, kind: str, error: BaseException) -> None:
-        set_fields(self, kind, error)
 
     def staged_length(self, size: int) -> int:
         """How much of a batch of `size` items (records, rows, bytes) is written before the fault strikes.

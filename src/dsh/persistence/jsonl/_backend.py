@@ -101,7 +101,8 @@ _WRITER_THREADS: Final = 4
 _CACHE_LIMIT: Final = 4096
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class _Tail(NamedTuple):
     """What this instance knows about a log it read or wrote, valid while `revision` is current.
 
