@@ -90,22 +90,22 @@ class DamagedSession:
     session_id: str | None = None
 
 
-class HeaderRow(tuple[FrozenDict, Revision]):
-    """One `list_headers` row: the pair `(stored header record, revision)`, plus the parsed header.
+@dataclass(frozen=True, slots=True)
+class HeaderRow:
+    """One `list_headers` row: the stored header record and its revision, plus the parsed header.
 
-    It is a plain 2-tuple for every purpose (unpacking, indexing, equality). A backend that already
-    parsed and validated the record while listing (the JSONL backend does, to report an invalid
-    header as damaged at its path) attaches the result as `header`, so the coordinator does not
-    validate the same record a second time; a plain `(record, revision)` tuple, or a `HeaderRow`
-    whose `header` is None, is validated by the coordinator.
+    Attributes:
+        record: The stored header record, as stored (not yet validated unless `header` is set).
+        revision: The log's revision.
+        header: The logical header, when the backend already parsed and validated `record` while
+            listing (the JSONL backend does, to report an invalid header as damaged at its path),
+            so the coordinator does not validate the same record a second time; None asks the
+            coordinator to validate `record`.
     """
 
-    header: SessionHeader | None
-
-    def __new__(cls, record: FrozenDict, revision: Revision, header: SessionHeader | None = None) -> HeaderRow:
-        row = super().__new__(cls, (record, revision))
-        row.header = header
-        return row
+    record: FrozenDict
+    revision: Revision
+    header: SessionHeader | None = None
 
 
 ParentFilter = frozenset[str | None]
@@ -247,7 +247,7 @@ class StorageBackend(Protocol):
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Stored header records with their revisions, never reading event bodies.
 
         `parents` (already validated, see `check_parents`) asks for the records whose
@@ -255,7 +255,7 @@ class StorageBackend(Protocol):
         its own data (an index) where it can; it may return more rows than asked for, because the
         coordinator filters the validated headers again, but never fewer. The damaged entries are
         always those of the whole store: an entry that cannot be read has no trustworthy parent.
-        Rows may be `HeaderRow`s carrying the header the backend already validated.
+        A row carries the parsed header when the backend already validated its record.
         """
 
     async def exists(self, session_id: str) -> bool:

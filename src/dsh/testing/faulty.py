@@ -26,6 +26,7 @@ from dsh.persistence.base import (
     Capability,
     DamagedSession,
     Fence,
+    HeaderRow,
     Revision,
     StorageBackend,
     StoredLog,
@@ -229,7 +230,7 @@ class FaultyBackend:
 
     async def list_headers(
         self, *, parents: frozenset[str | None] | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Forward `list_headers`."""
         await self._enter("list_headers")
         return await self.inner.list_headers(parents=parents)

@@ -411,7 +411,7 @@ class JsonlBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Header records and revisions from the first frame/line of each log, each header validated once.
 
         Without `parents` every project folder is scanned. With it, a project folder whose parent
@@ -424,15 +424,13 @@ class JsonlBackend:
         """
         return await self._run(self._list_sync, parents)
 
-    def _list_sync(
-        self, parents: ParentFilter | None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    def _list_sync(self, parents: ParentFilter | None) -> tuple[list[HeaderRow], list[DamagedSession]]:
         listed, damaged = self._listing.headers(parents)
         with self._mutex:
             for item in listed:
                 _bounded_put(self._paths, item.header.id, item.path)
         # `adopt` of a dict is a FrozenDict; the header was validated once, while listing.
-        rows: list[tuple[FrozenDict, Revision]] = [
+        rows = [
             HeaderRow(adopt(item.record), item.revision, item.header)  # type: ignore[arg-type]
             for item in listed
         ]

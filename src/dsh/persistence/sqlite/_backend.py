@@ -32,7 +32,16 @@ from dsh.errors import ConfigError
 from dsh.json import FrozenDict
 from dsh.persistence._faults import IOFault, IOFaultSlot
 from dsh.persistence._locks import WriterLocks
-from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    HeaderRow,
+    ParentFilter,
+    Revision,
+    StoredLog,
+    TornMarker,
+)
 from dsh.persistence.errors import (
     AppendConflictError,
     PersistenceClosedError,
@@ -315,7 +324,7 @@ class SqliteBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Stored header records from `sessions` rows only, sorted by `(created_at, id)`.
 
         A parent filter is answered by the partial `sessions_by_parent` index (`parent_session = ?`
@@ -345,7 +354,7 @@ class SqliteBackend:
         if ids is not None and not ids and not orphans:
             return [], []
         rows = await self._translate(self._reader().run(run), "list sessions", None)
-        return [(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
+        return [HeaderRow(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
 
     async def exists(self, session_id: str) -> bool:
         """Whether a `sessions` row exists for the id."""
