@@ -466,3 +466,16 @@ def first_oversized_int(lines: Sequence[bytes]) -> int | None:
         except ValueError:
             continue
     return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionPersistence.__module__ = "dsh"
+Capability.__module__ = "dsh.persistence"
+DamagedSession.__module__ = "dsh.persistence"
+EventSlice.__module__ = "dsh.persistence"
+PersistenceObservation.__module__ = "dsh.persistence"
+PreparedSession.__module__ = "dsh.persistence"
+SessionListing.__module__ = "dsh.persistence"
+StorageBackend.__module__ = "dsh.persistence"
+StoredSessionInfo.__module__ = "dsh.persistence"
+TypedReads.__module__ = "dsh.persistence"

@@ -315,3 +315,7 @@ class MemoryBackend:
     def arm_io_fault(self, kind: str, error: BaseException) -> None:
         """Fail the next append or repair after staging part (`partial-write`, `rollback`) or all (`sync`)."""
         self._faults.arm(kind, error)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+MemoryBackend.__module__ = "dsh"

@@ -532,3 +532,7 @@ class ProjectionCache:
                 await self.storage.aclose()
         finally:
             self._close_done.set()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ProjectionCache.__module__ = "dsh"

@@ -142,3 +142,12 @@ def push_frame(session_id: SessionId, key: str, value: JsonValue, seq: SessionSe
     even when it is `None`, so a serialised frame carries `"value":null` and resets a stale client.
     """
     return {"type": "session/projection", "sessionId": session_id, "key": key, "value": value, "seq": seq}
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ClientView.__module__ = "dsh"
+ProjectionSnapshot.__module__ = "dsh"
+ProjectionUnit.__module__ = "dsh"
+CheckpointRow.__module__ = "dsh.projection"
+Restored.__module__ = "dsh.projection"
+Schema.__module__ = "dsh.projection"

@@ -198,3 +198,13 @@ class SessionLineage:
     complete: bool
     root: SessionRecord | None
     unresolved_parent_id: SessionId | None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+HistoryPage.__module__ = "dsh.query"
+LineageNode.__module__ = "dsh.query"
+SessionCorpus.__module__ = "dsh.query"
+SessionFilter.__module__ = "dsh.query"
+SessionLineage.__module__ = "dsh.query"
+SessionObservation.__module__ = "dsh.query"
+SessionRecord.__module__ = "dsh.query"

@@ -523,3 +523,8 @@ def _descendants(target: SessionRecord, corpus: Sequence[SessionRecord]) -> tupl
     for record in reversed(order):
         built[record.header.id] = LineageNode(record, tuple(built[child] for child in kids[record.header.id]))
     return built[target_id].children
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionQuery.__module__ = "dsh"
+QueryConfig.__module__ = "dsh.query"

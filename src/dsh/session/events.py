@@ -424,3 +424,8 @@ def data_problem(kind: str, data: object) -> str | None:
         return None
     problem = check(data)
     return None if problem is None else f'session event "{kind}" has invalid data: {problem}'
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionEvent.__module__ = "dsh"
+SurfaceReplace.__module__ = "dsh.session"

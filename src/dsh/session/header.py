@@ -267,3 +267,8 @@ class HeaderInit:
             origin=self.origin,
             agent_preset=self.agent_preset,
         )
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+HeaderInit.__module__ = "dsh"
+SessionHeader.__module__ = "dsh"

@@ -234,3 +234,9 @@ class SubagentDescendantEntry:
         if type(depth) is not int or depth < 1:
             raise ValueError(f"descendant row depth must be an integer >= 1, got {depth!r}")
         return cls(entry_from_json(rest), SessionId(parent_id), depth)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SubagentChildRow.__module__ = "dsh"
+SubagentDescendantEntry.__module__ = "dsh"
+SubagentDiagnosticRow.__module__ = "dsh"

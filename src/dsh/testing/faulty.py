@@ -317,3 +317,8 @@ class TypedFaultyBackend(FaultyBackend):
         typed = typed_reads_of(self.inner)
         assert typed is not None, "a TypedFaultyBackend wraps a backend with typed reads"
         return await typed.load_typed(session_id, types, from_seq, known)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+FaultyBackend.__module__ = "dsh.testing"
+IOFaultSeam.__module__ = "dsh.testing"

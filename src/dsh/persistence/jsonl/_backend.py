@@ -710,3 +710,7 @@ def _lstat(path: str) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+JsonlBackend.__module__ = "dsh"

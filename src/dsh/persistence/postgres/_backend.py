@@ -551,3 +551,7 @@ class PostgresBackend:
         While the hook waits, the transaction holds the lease row lock (a takeover waits for it).
         """
         self._hook = hook
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+PostgresBackend.__module__ = "dsh.persistence.postgres"

@@ -711,3 +711,7 @@ def _rollback(conn: sqlite3.Connection, session_id: str, location: str) -> None:
             session_id=session_id,
             location=location,
         ) from failure  # the append's own error stays attached as the failure's __context__
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SqliteBackend.__module__ = "dsh"
