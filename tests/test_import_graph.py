@@ -38,7 +38,6 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "base",
         (
             "dsh._lazy_json",
-            "dsh._record",
             "dsh.abort",
             "dsh.config",
             "dsh.errors",

@@ -343,3 +343,7 @@ class Config(BaseSettings):
     def cache_path(self) -> Path:
         """The SQLite projection cache file."""
         return self.home / "cache.sqlite3"
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+Config.__module__ = "dsh"

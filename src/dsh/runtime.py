@@ -608,3 +608,7 @@ class Runtime:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+Runtime.__module__ = "dsh"

@@ -256,7 +256,7 @@ async def test_listing_omits_a_log_deleted_after_discovery(tmp_path: Path) -> No
     await writer.write("kept", stored_header("kept"), closed_records(1))
     os.unlink(writer.path_of("gone"))
     rows, damaged = await make_backend(root, "zstd").list_headers()
-    assert [row[0]["id"] for row in rows] == ["kept"]
+    assert [row.record["id"] for row in rows] == ["kept"]
     assert damaged == []
 
 
@@ -274,5 +274,5 @@ async def test_unreadable_log_is_reported_without_failing_the_listing(tmp_path: 
         return open(path, mode)  # the backend closes it
 
     rows, damaged = await JsonlBackend(root, opener=opener).list_headers()
-    assert [row[0]["id"] for row in rows] == ["good"]
+    assert [row.record["id"] for row in rows] == ["good"]
     assert [(d.location, d.code) for d in damaged] == [(bad, "PERSISTENCE_IO")]

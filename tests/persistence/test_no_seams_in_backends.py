@@ -45,18 +45,24 @@ def _modules() -> list[ModuleType]:
     return found
 
 
+def _defined_in(cls: type, module: ModuleType) -> bool:
+    """Whether `cls` is written in `module`'s file (a public class shows its public module in `__module__`)."""
+    if cls.__module__ == module.__name__:
+        return True
+    return any(
+        getattr(getattr(member, "__code__", None), "co_filename", None) == module.__file__
+        for member in vars(cls).values()
+    )
+
+
 def _classes(module: ModuleType) -> list[type]:
     """The classes defined in `module`, nested ones included."""
-    pending = [
-        value for value in vars(module).values() if inspect.isclass(value) and value.__module__ == module.__name__
-    ]
+    pending = [value for value in vars(module).values() if inspect.isclass(value) and _defined_in(value, module)]
     found: list[type] = []
     while pending:
         cls = pending.pop()
         found.append(cls)
-        pending.extend(
-            value for value in vars(cls).values() if inspect.isclass(value) and value.__module__ == cls.__module__
-        )
+        pending.extend(value for value in vars(cls).values() if inspect.isclass(value) and _defined_in(value, module))
     return found
 
 

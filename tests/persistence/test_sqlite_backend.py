@@ -204,7 +204,7 @@ async def test_header_record_is_rebuilt_in_upstream_key_order(backend: SqliteBac
     await materialize(backend, "plain")
     (rows, damaged) = await backend.list_headers()
     assert damaged == []
-    by_id = {record["id"]: record for record, _ in rows}
+    by_id = {row.record["id"]: row.record for row in rows}
     assert list(by_id["child"].items()) == list(full.items())
     assert list(by_id["plain"]) == ["type", "version", "id", "createdAt", "delegationDepth"]
     seed_columns = await raw_sql(path, lambda conn: conn.execute("SELECT id, seed_length FROM sessions").fetchall())
@@ -226,9 +226,9 @@ async def test_list_headers_sorts_by_created_at_then_id_and_filters_direct_child
     await materialize(backend, "\uffff", created_at=20)
     everyone, _ = await backend.list_headers()
     expected = ["other", "p", "grandchild", "b", "\u00e9", "a", "\uffff", "\U00010000"]
-    assert [record["id"] for record, _ in everyone] == expected
+    assert [row.record["id"] for row in everyone] == expected
     children, _ = await backend.list_headers(parents=frozenset({"p"}))
-    assert [record["id"] for record, _ in children] == ["b", "\u00e9", "a"]
+    assert [row.record["id"] for row in children] == ["b", "\u00e9", "a"]
     assert await backend.list_headers(parents=frozenset({"nobody"})) == ([], [])
 
 
@@ -247,7 +247,7 @@ async def test_revisions_agree_across_reads_and_change_with_every_append(backend
     typed = await backend.load_typed("s1", frozenset({"turn/end"}), 0, KNOWN_EVENT_TYPES)
     assert log is not None
     assert typed is not None
-    assert rows[0][1] == log.revision == typed.revision == await backend.read_revision("s1") == first
+    assert rows[0].revision == log.revision == typed.revision == await backend.read_revision("s1") == first
     second = await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
     assert second != first
     assert second.rsplit(":", 1)[0] == first.rsplit(":", 1)[0]
@@ -391,7 +391,7 @@ async def test_undecodable_data_row_is_corrupt(backend: SqliteBackend, writer: S
     assert caught.value.code == "SESSION_CORRUPT"
     assert caught.value.session_id == "s1"
     rows, _ = await backend.list_headers()
-    assert [record["id"] for record, _ in rows] == ["s1"]
+    assert [row.record["id"] for row in rows] == ["s1"]
 
 
 async def test_seq_gap_is_corrupt(backend: SqliteBackend, writer: SqliteStoredLogWriter) -> None:
@@ -651,10 +651,10 @@ async def test_several_parents_are_one_indexed_in_list_and_chunked(
         in_sql = [s for s in statements if "parent_session IN" in s]
         orphans, _ = await backend.list_headers(parents=frozenset({None}))
         none_at_all = await backend.list_headers(parents=frozenset())
-    assert [record["id"] for record, _ in rows] == [f"c{index}" for index in reversed(range(7))]
+    assert [row.record["id"] for row in rows] == [f"c{index}" for index in reversed(range(7))]
     assert damaged == []
     assert len(in_sql) == 3
     for sql in in_sql:
         assert "sessions_by_parent" in await explain(path, sql)
-    assert sorted(record["id"] for record, _ in orphans) == [f"p{index}" for index in range(8)]
+    assert sorted(row.record["id"] for row in orphans) == [f"p{index}" for index in range(8)]
     assert none_at_all == ([], [])

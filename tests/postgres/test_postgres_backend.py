@@ -99,7 +99,7 @@ async def test_a_read_only_backend_sees_a_store_created_after_it_opened(pg_schem
         finally:
             await host.close()
         rows, damaged = await reader.list_headers()
-        assert [record["id"] for record, _ in rows] == ["s"]
+        assert [row.record["id"] for row in rows] == ["s"]
         assert damaged == []
         stored = await reader.load("s")
         assert stored is not None

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
-from dsh._record import Record, set_fields
 from dsh.json import is_safe_int
 from dsh.session.fastcheck import FAST_UNSURE, fast_check
 
@@ -434,16 +434,12 @@ def _candidates(records: list[dict[str, Any]], verdicts: bytearray | None) -> It
     return [(index, records[index]) for index in unsure]
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class MalformedAt(Record):
+@dataclass(frozen=True, slots=True)
+class MalformedAt:
     """The first record whose older shape could not be migrated, and why."""
 
-    __slots__ = ("index", "message")
     index: int
     message: str
-
-    def __init__(self, index: int, message: str) -> None:
-        set_fields(self, index, message)
 
 
 def migrate_legacy_shapes(

@@ -23,6 +23,7 @@ from dsh.persistence.base import (
     Capability,
     DamagedSession,
     Fence,
+    HeaderRow,
     ParentFilter,
     Revision,
     StoredLog,
@@ -117,13 +118,13 @@ class MemoryBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Every stored header record (with `parents`, only those whose `parentSession` is in it).
 
         The damaged entries are the whole storage's, whatever the filter.
         """
         self._check_open()
-        rows: list[tuple[FrozenDict, Revision]] = []
+        rows: list[HeaderRow] = []
         damaged: list[DamagedSession] = []
         for session_id, stored in list(self.storage.sessions.items()):
             header = _decode_header(stored.header)
@@ -146,7 +147,7 @@ class MemoryBackend:
                 continue
             if parents is not None and header.get("parentSession") not in parents:
                 continue
-            rows.append((FrozenDict(header), self.storage.revision(stored)))
+            rows.append(HeaderRow(FrozenDict(header), self.storage.revision(stored)))
         return rows, damaged
 
     async def exists(self, session_id: str) -> bool:
@@ -311,3 +312,7 @@ class MemoryBackend:
     def locate(self, header: Mapping[str, Any]) -> str | None:
         """Memory sessions have no artifact path."""
         return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+MemoryBackend.__module__ = "dsh"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from dsh._record import Record, set_fields
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
 from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, FAST_UNSURE, fast_check
 from dsh.session.surface import Surface, SurfacePlan
@@ -23,31 +23,24 @@ _SURFACE_APPEND = re.compile(b"%c" % FAST_SURFACE_APPEND)
 ProblemKind = Literal["envelope", "seq", "legacy", "unknown", "data", "surface"]
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class LogProblem(Record):
+@dataclass(frozen=True, slots=True)
+class LogProblem:
     """The first defect of a log: where, which rule, and the rule's message."""
 
-    __slots__ = ("found_seq", "index", "kind", "message")
     index: int
     kind: ProblemKind
     message: str
-    found_seq: object
-
-    def __init__(self, index: int, kind: ProblemKind, message: str, found_seq: object = None) -> None:
-        set_fields(self, index, kind, message, found_seq)
+    found_seq: object = None
 
 
-class Refusal(Record):
+@dataclass(frozen=True, slots=True)
+class Refusal:
     """A reason an intact log cannot be interpreted by this build (format-unsupported)."""
 
-    __slots__ = ("event_type", "index", "kind", "message")
     index: int
     kind: Literal["unknown", "legacy"]
     event_type: str
     message: str
-
-    def __init__(self, index: int, kind: Literal["unknown", "legacy"], event_type: str, message: str) -> None:
-        set_fields(self, index, kind, event_type, message)
 
 
 def first_refusal(records: Sequence[Mapping[str, Any]]) -> Refusal | None:

@@ -27,6 +27,7 @@ from dsh.persistence.base import (
     Capability,
     DamagedSession,
     Fence,
+    HeaderRow,
     Revision,
     StorageBackend,
     StoredLog,
@@ -245,7 +246,7 @@ class FaultyBackend:
 
     async def list_headers(
         self, *, parents: frozenset[str | None] | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Forward `list_headers`."""
         await self._enter("list_headers")
         return await self.inner.list_headers(parents=parents)
@@ -334,3 +335,7 @@ class TypedFaultyBackend(FaultyBackend):
         typed = typed_reads_of(self.inner)
         assert typed is not None, "a TypedFaultyBackend wraps a backend with typed reads"
         return await typed.load_typed(session_id, types, from_seq, known)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+FaultyBackend.__module__ = "dsh.testing"

@@ -243,3 +243,8 @@ _SHIPPED: tuple[tuple[str, str, IOFaultInjector], ...] = (
     ("dsh.persistence.postgres", "PostgresBackend", _postgres_faults),
 )
 """The shipped backends: where each class is exported, and its injector."""
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+IOFault.__module__ = "dsh.testing"
+IOFaultShot.__module__ = "dsh.testing"

@@ -266,3 +266,9 @@ def append_every_core_type(session: Session) -> None:
     descriptor = {"version": 2, "mode": "one-shot", "provider": "scripted", "label": "worker"}
     session.append("subagent/descriptor", descriptor)
     session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ConformanceTarget.__module__ = "dsh.testing"
+MemoryStoredLogWriter.__module__ = "dsh.testing"
+StoredLogWriter.__module__ = "dsh.testing"

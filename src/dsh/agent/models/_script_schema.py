@@ -162,3 +162,7 @@ def validation_message(error: ValidationError, *, limit: int = 5) -> str:
     if more > 0:
         items.append(f"and {more} more")
     return "; ".join(items)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ModelScript.__module__ = "dsh.agent.models"

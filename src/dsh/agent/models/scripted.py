@@ -482,3 +482,7 @@ def _parse_yaml(raw: str, path: Path) -> object:
         return yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ModelError(f"invalid script {path}: not valid YAML: {e}", code="SCRIPT_INVALID") from e
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ScriptedModelClient.__module__ = "dsh.agent.models"

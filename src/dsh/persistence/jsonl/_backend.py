@@ -105,7 +105,8 @@ _WRITER_THREADS: Final = 4
 _CACHE_LIMIT: Final = 4096
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class _Tail(NamedTuple):
     """What this instance knows about a log it read or wrote, valid while `revision` is current.
 
@@ -425,7 +426,7 @@ class JsonlBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Header records and revisions from the first frame/line of each log, each header validated once.
 
         Without `parents` every project folder is scanned. With it, a project folder whose parent
@@ -438,15 +439,13 @@ class JsonlBackend:
         """
         return await self._run(self._list_sync, parents)
 
-    def _list_sync(
-        self, parents: ParentFilter | None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    def _list_sync(self, parents: ParentFilter | None) -> tuple[list[HeaderRow], list[DamagedSession]]:
         listed, damaged = self._listing.headers(parents)
         with self._mutex:
             for item in listed:
                 _bounded_put(self._paths, item.header.id, item.path)
         # `adopt` of a dict is a FrozenDict; the header was validated once, while listing.
-        rows: list[tuple[FrozenDict, Revision]] = [
+        rows = [
             HeaderRow(adopt(item.record), item.revision, item.header)  # type: ignore[arg-type]
             for item in listed
         ]
@@ -739,3 +738,7 @@ def _lstat(path: str) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+JsonlBackend.__module__ = "dsh"

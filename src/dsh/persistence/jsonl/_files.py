@@ -554,3 +554,7 @@ def append_durably(
                 f"failed to append to {path}: {error}", session_id=session_id, location=path
             ) from error
         raise
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+FileReads.__module__ = "dsh.persistence.jsonl"

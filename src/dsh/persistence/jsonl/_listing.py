@@ -79,7 +79,8 @@ _SETTLE_PAUSE_S: Final = 0.001
 time: up to 25 tries 1 ms apart (a coarser clock leaves it to the next writing open)."""
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class Listed(NamedTuple):
     """One listable session: its stored header record (and the validated header), revision and log path."""
 

@@ -27,7 +27,16 @@ from urllib.parse import urlsplit
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
-from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    HeaderRow,
+    ParentFilter,
+    Revision,
+    StoredLog,
+    TornMarker,
+)
 from dsh.persistence.errors import (
     PersistenceClosedError,
     PersistenceIOError,
@@ -338,14 +347,14 @@ class PostgresBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Header records from `sessions` rows only, sorted by `(created_at, id)`; the parent filter runs in SQL."""
 
-        async def work(conn: AsyncConnection[Any]) -> list[tuple[FrozenDict, Revision]]:
+        async def work(conn: AsyncConnection[Any]) -> list[HeaderRow]:
             if await self._store_info(conn) is None:
                 return []
             rows = await self._reads.list_headers(conn, parents)
-            return [(record, self._revision(*revision)) for record, revision in rows]
+            return [HeaderRow(record, self._revision(*revision)) for record, revision in rows]
 
         return await self.run(work, "list sessions"), []
 
@@ -510,3 +519,7 @@ class PostgresBackend:
             }
 
         return await self.run(work, "read diagnostics")
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+PostgresBackend.__module__ = "dsh.persistence.postgres"

@@ -31,7 +31,16 @@ from typing import Any, Final, Literal, Self, TypeVar
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
 from dsh.persistence._locks import WriterLocks
-from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    HeaderRow,
+    ParentFilter,
+    Revision,
+    StoredLog,
+    TornMarker,
+)
 from dsh.persistence.errors import (
     AppendConflictError,
     PersistenceClosedError,
@@ -313,7 +322,7 @@ class SqliteBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Stored header records from `sessions` rows only, sorted by `(created_at, id)`.
 
         A parent filter is answered by the partial `sessions_by_parent` index (`parent_session = ?`
@@ -343,7 +352,7 @@ class SqliteBackend:
         if ids is not None and not ids and not orphans:
             return [], []
         rows = await self._translate(self._reader().run(run), "list sessions", None)
-        return [(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
+        return [HeaderRow(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
 
     async def exists(self, session_id: str) -> bool:
         """Whether a `sessions` row exists for the id."""
@@ -689,3 +698,7 @@ def _rollback(conn: sqlite3.Connection, session_id: str, location: str) -> None:
             session_id=session_id,
             location=location,
         ) from failure  # the append's own error stays attached as the failure's __context__
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SqliteBackend.__module__ = "dsh"
