@@ -2,8 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The install is redone when what it builds from changes: the project file and the C helpers with their build hook.
-BUILD_INPUTS := pyproject.toml hatch_build.py src/dsh/_speedups.c
+# The install is redone when what it builds from changes: the project file.
+BUILD_INPUTS := pyproject.toml
 INPUTS_SUM := $(shell cat $(BUILD_INPUTS) | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.installed-$(INPUTS_SUM)
 BENCH_STAMP := $(VENV)/.bench-$(INPUTS_SUM)
@@ -27,8 +27,8 @@ demo: $(STAMP)
 	$(BIN)/dsh demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench hatch_build.py
-	$(BIN)/ruff format --check src tests bench hatch_build.py
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -63,8 +63,8 @@ test-other-pythons:
 	.ci/other-pythons
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench hatch_build.py
-	$(BIN)/ruff check --fix src tests bench hatch_build.py
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
 
 # Every benchmark (or `make bench BENCH="p7_listing p5_cold_read"`), then bench/results/summary.md;
 # DSH_BENCH_QUICK=1 for a short smoke run.
@@ -72,4 +72,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(BENCH)
 
 clean:
-	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache src/dsh/_speedups.*.so
+	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache

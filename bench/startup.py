@@ -1,10 +1,13 @@
-"""Start-up: `dsh agents` on a small home against importing the libraries the CLI is built on.
+"""Start-up: `dsh agents` on a small home against importing the libraries it stands on.
 
-Five commands, each a fresh process, timed from spawn to exit (wall clock) and interleaved in
+Six commands, each a fresh process, timed from spawn to exit (wall clock) and interleaved in
 rotated rounds so drift and warm caches spread evenly over them:
 
-* `baseline`: `python -c "import typer, rich, pydantic_settings, orjson, zstandard"`, what any CLI
-  built on these libraries pays before it does anything;
+* `baseline`: `python -c "import orjson, zstandard"`, the compiled libraries any reader of the
+  store pays for before it reads a byte (the baseline the target is set against);
+* `cli baseline`: `python -c "import typer, rich, pydantic_settings, orjson, zstandard"`, what any
+  CLI built on the libraries the CLI uses pays before it does anything (the earlier baseline,
+  reported beside it);
 * `dsh agents`: the `dsh` entry point of this environment listing a stored parent's children
   (`dsh --home H agents parent`) on a home built once through the writers: a parent with a turn and
   three continuable children, JSONL (the default store) and the projection cache;
@@ -13,8 +16,9 @@ rotated rounds so drift and warm caches spread evenly over them:
 * `import dsh`: `python -c "import dsh"`;
 * `python`: `python -c pass`, the bare interpreter, for scale.
 
-The target is median over rounds of time(`dsh agents`) / time(`baseline`) <= 1.3. The children's
-CPU time (user + system) is reported next to it: on a busy machine it moves less than wall time.
+The target is median over rounds of time(`dsh agents`) / time(`baseline`) <= 1.5; the ratio to the
+CLI baseline is reported beside it (its earlier target was 1.3). The children's CPU time (user +
+system) is reported next to them: on a busy machine it moves less than wall time.
 
 Every command runs from compiled bytecode, as an installed package does after its first run: the
 subprocesses get `PYTHONPYCACHEPREFIX` set to a folder of this run (so no `__pycache__` lands in the
@@ -40,9 +44,11 @@ from bench.common import QUICK, info, print_table, rotated, spread, target, writ
 ROUNDS = 5 if QUICK else 21
 WARMUPS = 2
 CHILDREN = 3
-TARGET = 1.3
+TARGET = 1.5
+CLI_TARGET = 1.3
 PARENT = "bench-parent"
-BASELINE_IMPORTS = "import typer, rich, pydantic_settings, orjson, zstandard"
+BASELINE_IMPORTS = "import orjson, zstandard"
+CLI_BASELINE_IMPORTS = "import typer, rich, pydantic_settings, orjson, zstandard"
 
 
 async def _build_home(home: Path) -> None:
@@ -105,6 +111,7 @@ def _measure(home: Path, pycache: Path) -> dict[str, Any]:
     env = _environment(pycache)
     commands = {
         "baseline": [sys.executable, "-c", BASELINE_IMPORTS],
+        "cli baseline": [sys.executable, "-c", CLI_BASELINE_IMPORTS],
         "dsh agents": [*_dsh_command(), "--home", str(home), "agents", PARENT],
         "agents --json": [*_dsh_command(), "--home", str(home), "agents", PARENT, "--json"],
         "import dsh": [sys.executable, "-c", "import dsh"],
@@ -127,6 +134,11 @@ def _measure(home: Path, pycache: Path) -> dict[str, Any]:
     return {"wall": wall, "cpu": cpu}
 
 
+def _ratios(values: dict[str, list[float]], name: str, base: str) -> list[float]:
+    """Per-round ratios of `name` to `base` (both measured in the same round)."""
+    return [run / ref for run, ref in zip(values[name], values[base], strict=True)]
+
+
 def main() -> None:
     """Run the rounds, print the table and write `bench/results/startup.json`."""
     with tempfile.TemporaryDirectory(prefix="dsh-bench-startup-") as folder:
@@ -134,16 +146,22 @@ def main() -> None:
         asyncio.run(_build_home(home))
         result = _measure(home, Path(folder) / "pycache")
     wall, cpu = result["wall"], result["cpu"]
-    ratios = [agents / base for agents, base in zip(wall["dsh agents"], wall["baseline"], strict=True)]
-    cpu_ratios = [agents / base for agents, base in zip(cpu["dsh agents"], cpu["baseline"], strict=True)]
+    ratios = _ratios(wall, "dsh agents", "baseline")
+    cpu_ratios = _ratios(cpu, "dsh agents", "baseline")
+    cli_ratios = _ratios(wall, "dsh agents", "cli baseline")
+    cli_cpu_ratios = _ratios(cpu, "dsh agents", "cli baseline")
+    json_ratios = _ratios(wall, "agents --json", "baseline")
     ratio = statistics.median(ratios)
-    json_ratios = [agents / base for agents, base in zip(wall["agents --json"], wall["baseline"], strict=True)]
+    cli_ratio = statistics.median(cli_ratios)
     ms = {name: statistics.median(values) * 1e3 for name, values in wall.items()}
     cpu_ms = {name: statistics.median(values) * 1e3 for name, values in cpu.items()}
-    rows = [[round_ + 1, *(wall[name][round_] * 1e3 for name in wall), ratios[round_]] for round_ in range(len(ratios))]
+    rows = [
+        [round_ + 1, *(wall[name][round_] * 1e3 for name in wall), ratios[round_], cli_ratios[round_]]
+        for round_ in range(len(ratios))
+    ]
     print_table(
         f"start-up, wall ms per fresh process ({ROUNDS} rotated rounds; a parent with {CHILDREN} children)",
-        ["round", *wall, "agents/baseline"],
+        ["round", *wall, "agents/baseline", "agents/cli baseline"],
         rows,
     )
     print_table(
@@ -161,19 +179,26 @@ def main() -> None:
         spread_=spread(ratios),
     )
     print(f"\nmedian ratio dsh agents / baseline: {ratio:.3g} (target <= {TARGET}): {row['verdict']}")
-    print(f"median CPU ratio: {statistics.median(cpu_ratios):.3g}; import dsh: {ms['import dsh']:.1f} ms wall")
+    print(f"median ratio dsh agents / cli baseline: {cli_ratio:.3g} (earlier target <= {CLI_TARGET})")
+    print(
+        f"median CPU ratios: {statistics.median(cpu_ratios):.3g} / {statistics.median(cli_cpu_ratios):.3g}; "
+        f"import dsh: {ms['import dsh']:.1f} ms wall"
+    )
     write_json(
         "startup",
         {
             "rounds": ROUNDS,
             "children": CHILDREN,
             "baseline": BASELINE_IMPORTS,
+            "cli_baseline": CLI_BASELINE_IMPORTS,
             "wall_ms": {name: [value * 1e3 for value in values] for name, values in wall.items()},
             "cpu_ms": {name: [value * 1e3 for value in values] for name, values in cpu.items()},
             "ratios": ratios,
             "cpu_ratios": cpu_ratios,
+            "cli_ratios": cli_ratios,
             "json_ratios": json_ratios,
             "median_ratio": ratio,
+            "median_cli_ratio": cli_ratio,
             "target": TARGET,
             "verdict": row["verdict"],
             "targets": [
@@ -182,6 +207,18 @@ def main() -> None:
                     "agents-cpu",
                     "the same ratio in child CPU time (user + system)",
                     statistics.median(cpu_ratios),
+                    unit="x",
+                ),
+                info(
+                    "agents-cli",
+                    f"`dsh agents` / `python -c '{CLI_BASELINE_IMPORTS}'`, wall (earlier target <= {CLI_TARGET:g}x)",
+                    cli_ratio,
+                    unit="x",
+                ),
+                info(
+                    "agents-cli-cpu",
+                    "the same ratio in child CPU time (user + system)",
+                    statistics.median(cli_cpu_ratios),
                     unit="x",
                 ),
                 info(
@@ -198,6 +235,7 @@ def main() -> None:
                     unit=" ms",
                 ),
                 info("baseline", "the baseline imports, wall time per process", ms["baseline"], unit=" ms"),
+                info("cli-baseline", "the CLI baseline imports, wall time per process", ms["cli baseline"], unit=" ms"),
                 info("agents-ms", "`dsh agents`, wall time per process", ms["dsh agents"], unit=" ms"),
             ],
         },

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import stat
 from pathlib import Path
 
-__all__ = ["FULL_RUN", "examples", "tree_snapshot"]
+import dsh
+
+__all__ = ["FULL_RUN", "examples", "exported_classes", "public_module_of", "public_modules", "tree_snapshot"]
 
 FULL_RUN = bool(os.environ.get("CI")) or os.environ.get("DSH_FULL_TESTS") == "1"
 """True on CI (or with `DSH_FULL_TESTS=1`): property tests run their full example counts."""
@@ -64,3 +67,39 @@ def tree_snapshot(*roots: str | os.PathLike[str]) -> dict[str, tuple[object, ...
         else:
             out[str(path)] = ("special", stat.S_IFMT(info.st_mode), mode, info.st_mtime_ns)
     return out
+
+
+def public_modules() -> list[str]:
+    """Every public module of the package: `dsh` and each module whose dotted path has no `_` part."""
+    root = Path(dsh.__file__).parent
+    names = ["dsh"]
+    for path in sorted(root.rglob("*.py")):
+        parts = ("dsh", *path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if len(parts) > 1 and not any(part.startswith("_") for part in parts):
+            names.append(".".join(parts))
+    return names
+
+
+def exported_classes() -> dict[type, list[str]]:
+    """Every class of the package a public module lists in `__all__`, with the public modules that list it."""
+    found: dict[type, list[str]] = {}
+    for name in public_modules():
+        module = importlib.import_module(name)
+        for attribute in getattr(module, "__all__", ()):
+            value = getattr(module, attribute)
+            if isinstance(value, type) and (value.__module__ + ".").startswith("dsh."):
+                found.setdefault(value, []).append(name)
+    return found
+
+
+def public_module_of(cls: type, exporters: list[str]) -> str:
+    """The module a public class belongs to: the shortest path that exports it (docs/architecture.md#public-names).
+
+    Between exporters of the same depth the defining module wins (`dsh.subagent.authority` over
+    `dsh.subagent.runtime`, which re-exports it), else the first by name.
+    """
+    depth = min(name.count(".") for name in exporters)
+    shortest = sorted(name for name in exporters if name.count(".") == depth)
+    return cls.__module__ if cls.__module__ in shortest else shortest[0]

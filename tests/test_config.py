@@ -47,6 +47,7 @@ def test_every_field_has_its_default() -> None:
     assert config.home == Path.home() / ".local" / "share" / "dsh" == default_home()
     assert config.database_url is None
     assert config.persistence.write_batch_max_delay_ms == 200
+    assert config.persistence.compression == "zstd"
     assert config.cache.write_every_events == 256
     assert config.cache.write_interval_ms == 5000
     assert config.subagent.cold_read_concurrency == 4 == DEFAULT_COLD_READ_CONCURRENCY
@@ -152,6 +153,7 @@ def test_python_values_win_over_the_environment(monkeypatch: pytest.MonkeyPatch,
         ("DSH_SERVER__PORT", "70000"),
         ("DSH_PERSISTENCE__WRITE_BATCH_MAX_DELAY_MS", ""),
         ("DSH_CACHE__WRITE_EVERY_EVENTS", "-3"),
+        ("DSH_PERSISTENCE__COMPRESSION", "gzip"),
     ],
 )
 def test_invalid_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
@@ -159,6 +161,21 @@ def test_invalid_env_value_names_the_variable(monkeypatch: pytest.MonkeyPatch, n
     monkeypatch.setenv(name, value)
     error = _invalid(Config)
     assert name in error.message
+
+
+def test_the_encoding_of_new_logs_comes_from_persistence_compression(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`DSH_PERSISTENCE__COMPRESSION=none` (or the keyword) makes the JSONL store create plain logs."""
+    from dsh.runtime import backend_for
+
+    monkeypatch.setenv("DSH_PERSISTENCE__COMPRESSION", "none")
+    assert Config(home=tmp_path).persistence.compression == "none"
+    assert backend_for(Config(home=tmp_path)).compression == "none"  # type: ignore[attr-defined]
+    monkeypatch.delenv("DSH_PERSISTENCE__COMPRESSION")
+    assert backend_for(Config(home=tmp_path)).compression == "zstd"  # type: ignore[attr-defined]
+    assert Config(home=tmp_path, persistence={"compression": "none"}).persistence.compression == "none"
+    assert "compression" in _invalid(PersistenceConfig, compression="lz4").message
 
 
 # ---------------------------------------------------------------- the model section

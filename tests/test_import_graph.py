@@ -37,10 +37,7 @@ _LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "base",
         (
-            "dsh._accel",
             "dsh._lazy_json",
-            "dsh._record",
-            "dsh._speedups",
             "dsh.abort",
             "dsh.config",
             "dsh.config_files",
@@ -266,3 +263,19 @@ def test_the_checker_sees_type_only_and_local_imports(tmp_path: Path) -> None:
     graph = import_graph(tmp_path, "pkg")
     assert sorted(map(tuple, cycles(graph))) == [("pkg.a", "pkg.b", "pkg.c", "pkg.a"), ("pkg.d", "pkg.hub", "pkg.d")]
     assert cycles(graph, skip="pkg.hub") == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+
+
+def test_the_jsonl_scanner_and_its_records_stay_inside_the_jsonl_package() -> None:
+    """No module outside `dsh.persistence.jsonl` imports its private modules: the scanner and what it keeps
+    (`_scan`, `_format`, ...) sit behind the stored-log contract, which hands over plain records."""
+    graph = _dsh_graph()
+    inside = "dsh.persistence.jsonl"
+    offending = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module != inside and not module.startswith(f"{inside}.")
+        for target in targets
+        if target.startswith(f"{inside}._")
+    )
+    assert offending == []
+    assert f"{inside}._scan" in graph

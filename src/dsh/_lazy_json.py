@@ -8,9 +8,9 @@ follows what a reader touches (docs/architecture.md#read-path).
 `LazyFrozenDict` and `LazyFrozenList` are `FrozenDict` and `FrozenList` subclasses: the same
 mutators raise, equality is plain `dict`/`list` equality and `orjson` serialises them natively. Their
 storage may still hold the parsed, plain children; every public way to reach a child hands it out
-wrapped in a view, and keeps that view in place of the plain child (with the C helpers of
-`dsh._speedups`, the child object itself becomes its view, without a copy), so each access returns
-the same immutable object and no plain container ever leaves:
+wrapped in a view (a copy of its top level) and keeps that view in place of the plain child, so each
+access returns the same immutable object and no plain container ever leaves. The caller's own plain
+containers are never changed: wrapping copies, it never changes an object's type.
 
 * indexing and `get` wrap the one child asked for;
 * iterating values or items (`values()`, `items()`, iterating a list), copies, `|`, `+`, `*`,
@@ -29,15 +29,15 @@ API, not deliberate circumvention.
 
 Only data the read rules accept unchanged may be wrapped: freshly parsed by `orjson` (valid UTF-8,
 finite numbers), with no integer outside signed 64 bits and no `-0.0` (which `adopt` rewrites as
-`0.0`), handed over by its only owner. `dsh.session.stored` wraps only lines the JSONL scanner
-checked for oversized integers and in which no `-0.0` can hide; everything else goes to `adopt`.
+`0.0`), handed over by its only owner. `dsh.session.stored` wraps only the records of a load the
+backend declares viewable (the JSONL scanner checks each slice for both); everything else goes to
+`adopt`.
 """
 
 from __future__ import annotations
 
 from typing import Any, NoReturn, SupportsIndex
 
-from dsh._accel import speedups
 from dsh.json import FrozenDict, FrozenList, JsonValue
 
 __all__ = ["LazyFrozenDict", "LazyFrozenList"]
@@ -48,8 +48,6 @@ _dict_items = dict.items
 _list_getitem = list.__getitem__
 _list_setitem = list.__setitem__
 _list_iter = list.__iter__
-# With the C helpers a plain child becomes its view in place (same object, no copy).
-_RETYPE: Any = speedups.retype_view if speedups is not None else None
 
 
 def _refuse_attribute(self: object, *args: object) -> NoReturn:
@@ -68,11 +66,8 @@ class LazyFrozenDict(FrozenDict):
         value: Any = _dict_getitem(self, key)
         cls = value.__class__
         if cls is dict or cls is list:
-            if _RETYPE is not None:
-                _RETYPE(value, LazyFrozenDict, LazyFrozenList)
-            else:
-                value = LazyFrozenDict(value) if cls is dict else LazyFrozenList(value)
-                _dict_setitem(self, key, value)
+            value = LazyFrozenDict(value) if cls is dict else LazyFrozenList(value)
+            _dict_setitem(self, key, value)
         return value  # type: ignore[no-any-return]
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -128,11 +123,8 @@ class LazyFrozenList(FrozenList):
             value: Any = _list_getitem(self, index)
             cls = value.__class__
             if cls is dict or cls is list:
-                if _RETYPE is not None:
-                    _RETYPE(value, LazyFrozenDict, LazyFrozenList)
-                else:
-                    value = LazyFrozenDict(value) if cls is dict else LazyFrozenList(value)
-                    _list_setitem(self, index, value)
+                value = LazyFrozenDict(value) if cls is dict else LazyFrozenList(value)
+                _list_setitem(self, index, value)
             return value
         self._settle()
         return _list_getitem(self, index)

@@ -261,3 +261,9 @@ class AbortController:
 
 _NEVER: Final = AbortSignal(_state=_AbortState(None, never=True))
 """The one shared never-aborting signal (immutable in effect: it refuses aborts and registrations)."""
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+AbortController.__module__ = "dsh"
+AbortError.__module__ = "dsh"
+AbortSignal.__module__ = "dsh"

@@ -73,9 +73,18 @@ class _Section(BaseModel):
 
 
 class PersistenceConfig(_Section):
-    """Persistence settings: the write-behind window (docs/glossary.md#write-behind-window)."""
+    """Persistence settings.
+
+    Attributes:
+        write_batch_max_delay_ms: The write-behind window (docs/glossary.md#write-behind-window).
+        compression: The encoding of the JSONL logs dsh creates (`DSH_PERSISTENCE__COMPRESSION`):
+            `zstd` (`session.jsonl.zstd`, the default) or `none` (`session.jsonl`). Existing logs
+            are read and appended to in their own encoding, whatever this says
+            (docs/storage-format.md#jsonl-layout).
+    """
 
     write_batch_max_delay_ms: int = Field(default=200, ge=1, le=_MAX_INT32)
+    compression: Literal["zstd", "none"] = "zstd"
 
 
 class PostgresConfig(_Section):
@@ -464,3 +473,7 @@ class Config(BaseSettings):
     def cache_path(self) -> Path:
         """The SQLite projection cache file."""
         return self.home / "cache.sqlite3"
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+Config.__module__ = "dsh"

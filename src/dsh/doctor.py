@@ -14,6 +14,8 @@ The checks (docs/cli.md#dsh-doctor):
   **model-online** calls `GET /models` through the OpenAI client;
 * **store**: the session store opens read-only (`Runtime.open(config, read_only=True)`), and a
   SQLite store file passes `quick_check` too;
+* **log-encodings** (JSONL stores, only when it warns): the store holds logs of both encodings
+  (`session.jsonl` and `session.jsonl.zstd`), which dsh reads but the TypeScript harness refuses;
 * **postgres**, **sync-commit**, **leases** (PostgreSQL stores): the server answers (its version),
   the schema and its version, a warning when `synchronous_commit` is off, and the writer leases
   held and expired (an expired one is a warning: a crashed writer's, taken over by the next resume);
@@ -43,6 +45,7 @@ import os
 import shutil
 import sqlite3
 import stat
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,10 +272,13 @@ class _SessionReader:
         self.progress = progress
         self.total = total
         self.done = 0
+        self.log_names: Counter[str] = Counter()
 
     async def read(self, row: StoredSessionInfo, slots: asyncio.Semaphore) -> list[Problem]:
         header = row.header
         path = self.rt.persistence.locate(header)
+        if path is not None:
+            self.log_names[os.path.basename(path)] += 1
         problems = self._header_problems(row, path)
         async with slots:
             problems.extend(await self._observe(row, path))
@@ -331,7 +337,20 @@ class _SessionReader:
         return found
 
 
-async def _session_problems(rt: Runtime, progress: Progress | None) -> tuple[int, list[Problem]]:
+def _encodings_check(log_names: Counter[str]) -> Check | None:
+    """A warning when a JSONL store holds logs of both encodings (docs/storage-format.md#jsonl-layout)."""
+    if len([name for name in log_names if name.startswith("session.jsonl")]) < 2:
+        return None
+    counts = ", ".join(f"{count} {name}" for name, count in sorted(log_names.items()))
+    return Check(
+        "log-encodings",
+        "warn",
+        f"the store holds logs of both encodings ({counts}): dsh reads each, but the TypeScript harness "
+        "refuses such a root; set persistence.compression to the encoding it is configured with",
+    )
+
+
+async def _session_problems(rt: Runtime, progress: Progress | None) -> tuple[int, list[Problem], Check | None]:
     listing = await rt.persistence.list()
     problems = [_unreadable_entry(item) for item in listing.damaged]
     rows = list(listing.rows)
@@ -343,7 +362,7 @@ async def _session_problems(rt: Runtime, progress: Progress | None) -> tuple[int
     found = await asyncio.gather(*(reader.read(row, slots) for row in rows))
     for row_problems in found:
         problems.extend(row_problems)
-    return len(rows), problems
+    return len(rows), problems, _encodings_check(reader.log_names)
 
 
 def _token_check(home: Path) -> Check:
@@ -456,8 +475,10 @@ async def run_doctor(config: Config, *, progress: Progress | None = None, online
     if home_usable or _sqlite_store_path(config) is not None or _is_postgres(config):
         try:
             async with Runtime.open(config, read_only=True) as rt:
-                sessions, problems = await _session_problems(rt, progress)
+                sessions, problems, encodings = await _session_problems(rt, progress)
                 checks.append(Check("store", "ok", f"{rt.persistence.backend.name} store: {sessions} sessions read"))
+                if encodings is not None:
+                    checks.append(encodings)
                 checks.extend(await _postgres_checks(rt))
         except SessionPersistenceError as error:
             checks.append(Check("store", "fail", f"{error.code}: {error.message}"))

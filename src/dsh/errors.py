@@ -192,3 +192,8 @@ class ConfigError(DshError, ValueError):
     """An invalid constructor argument or configuration value (`CONFIG_INVALID`, CLI exit 4)."""
 
     codes = frozenset({"CONFIG_INVALID"})
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ConfigError.__module__ = "dsh"
+DshError.__module__ = "dsh"

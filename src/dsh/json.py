@@ -465,3 +465,9 @@ def dumps(value: JsonValue) -> bytes:
 def loads(data: bytes | bytearray | memoryview | str) -> JsonValue:
     """Parse JSON text and adopt it (read-side rules)."""
     return adopt(orjson.loads(data))
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+FrozenDict.__module__ = "dsh"
+FrozenList.__module__ = "dsh"
+NotJsonError.__module__ = "dsh"

@@ -106,7 +106,7 @@ def backend_for(config: Config, *, read_only: bool = False) -> StorageBackend:
     if url is None:
         from dsh.persistence.jsonl import JsonlBackend
 
-        return JsonlBackend(config.sessions_dir, read_only=read_only)
+        return JsonlBackend(config.sessions_dir, compression=config.persistence.compression, read_only=read_only)
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         from dsh.persistence.sqlite import SqliteBackend
@@ -752,3 +752,7 @@ class Runtime:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+Runtime.__module__ = "dsh"

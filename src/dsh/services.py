@@ -52,3 +52,7 @@ class Services:
     def __repr__(self) -> str:
         mounted = ", ".join(f"{name}={type(value).__name__}" for name, value in vars(self).items() if value is not None)
         return f"Services({mounted})"
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+Services.__module__ = "dsh"

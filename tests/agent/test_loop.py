@@ -441,6 +441,37 @@ async def test_logged_chunks_are_cited_by_the_assistant_message(tmp_path: Path) 
     assert message.source_event_seqs == [c.seq for c in chunks]
 
 
+async def test_usage_is_written_only_on_steps_in_the_harness_shape(tmp_path: Path) -> None:
+    """Each step's `assistant/message` and logged usage chunk carry the disjoint usage; `turn/end` is exactly
+    `{turn, reason}`; the turn result sums the steps."""
+    steps = [
+        {
+            "toolCalls": [{"name": "echo", "arguments": {"text": "x"}}],
+            "usage": {"inputTokens": 30, "outputTokens": 4, "cacheReadTokens": 70, "cacheWriteTokens": 2},
+        },
+        {"text": "done", "usage": {"inputTokens": 5, "outputTokens": 6, "cacheReadTokens": 100, "reasoningTokens": 1}},
+    ]
+    async with open_runtime(tmp_path, script(steps), tools=[EchoTool()], log_chunks=True) as rt:
+        result = await rt.run("go")
+        events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
+    messages = [_data(e)["usage"] for e in events if e.type == "assistant/message"]
+    chunks = [
+        _data(e)["chunk"]["usage"]
+        for e in events
+        if e.type == "assistant/chunk" and _data(e)["chunk"]["type"] == "usage"
+    ]
+    assert messages == chunks == [steps[0]["usage"], steps[1]["usage"]]
+    assert [dict(_data(e)) for e in events if e.type == "turn/end"] == [{"turn": 1, "reason": {"kind": "completed"}}]
+    assert result.usage is not None
+    assert result.usage.to_json() == {
+        "inputTokens": 35,
+        "outputTokens": 10,
+        "cacheReadTokens": 170,
+        "cacheWriteTokens": 2,
+        "reasoningTokens": 1,
+    }
+
+
 async def test_resume_agent_refuses_a_subagent_session_live_or_stored(tmp_path: Path) -> None:
     """`rt.resume_agent` of a child session is SESSION_OWNED_BY_SUBAGENT, resident or cold, and loads nothing."""
     client = scripted({"helper": [{"hold": "helper", "text": "HELPED"}]})  # `main` answers the notice

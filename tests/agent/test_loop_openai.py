@@ -39,7 +39,7 @@ async def test_a_streamed_answer_is_assembled_with_its_usage(tmp_path: Path, ope
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
     message = _data(next(e for e in events if e.type == "assistant/message"))
     assert message["message"]["content"] == [{"type": "text", "text": "The answer is forty-two."}]
-    assert message["usage"] == {"inputTokens": 12, "outputTokens": 7, "cachedInputTokens": 4}
+    assert message["usage"] == {"inputTokens": 8, "outputTokens": 7, "cacheReadTokens": 4}
     assert message["message"]["source"] == {"kind": "model", "provider": "openai-compatible", "model": "fake-chat"}
     sent = openai_server.requests[0]
     assert sent.body["model"] == "fake-chat"
@@ -47,6 +47,33 @@ async def test_a_streamed_answer_is_assembled_with_its_usage(tmp_path: Path, ope
     assert sent.body["stream_options"] == {"include_usage": True}
     assert sent.headers["authorization"] == f"Bearer {KEY}"
     assert result.output == "The answer is forty-two."
+
+
+async def test_deepseek_cache_hits_are_logged_as_disjoint_step_usage(
+    tmp_path: Path, openai_server: FakeOpenAIServer
+) -> None:
+    """DeepSeek's inclusive prompt count with cache hits is logged per step as uncached input plus cache reads;
+    `turn/end` carries no usage, and the turn result sums the steps."""
+    first = fake_usage(1000, 40, cached=768, reasoning=9, cache_field="deepseek")
+    second = fake_usage(1100, 5, cached=1024, cache_field="deepseek")
+    openai_server.enqueue(FakeReply(tool_calls=[FakeToolCall("c1", "echo", '{"text": "x"}')], usage=first))
+    openai_server.enqueue(FakeReply(text="done", usage=second))
+    async with _runtime(tmp_path, openai_server, tools=[EchoTool()]) as rt:
+        result = await rt.run("go")
+        events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
+    usages = [_data(e)["usage"] for e in events if e.type == "assistant/message"]
+    assert usages == [
+        {"inputTokens": 232, "outputTokens": 40, "cacheReadTokens": 768, "reasoningTokens": 9},
+        {"inputTokens": 76, "outputTokens": 5, "cacheReadTokens": 1024},
+    ]
+    assert [_data(e) for e in events if e.type == "turn/end"] == [{"turn": 1, "reason": {"kind": "completed"}}]
+    assert result.usage is not None
+    assert result.usage.to_json() == {
+        "inputTokens": 308,
+        "outputTokens": 45,
+        "cacheReadTokens": 1792,
+        "reasoningTokens": 9,
+    }
 
 
 async def test_a_tool_turn_over_sse_goes_model_tool_model_answer(

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -75,7 +76,7 @@ def server(running_server: FakeOpenAIServer) -> Iterator[FakeOpenAIServer]:
 
 
 async def test_text_in_five_chunks_is_assembled_with_usage(server: FakeOpenAIServer) -> None:
-    """Text streamed in 5 chunks plus a usage chunk assembles to the text, and usage maps with cached tokens."""
+    """Text in 5 chunks plus a usage chunk assembles to the text; OpenAI's cached tokens leave the input count."""
     server.enqueue(FakeReply(text="Hello from the fake model", chunks=5, usage=fake_usage(120, 7, cached=100)))
     client = client_for(server)
     assert isinstance(client, ModelClient)
@@ -88,10 +89,10 @@ async def test_text_in_five_chunks_is_assembled_with_usage(server: FakeOpenAISer
     for chunk in chunks:
         assembler.feed(chunk)
     assert assembler.content() == [{"type": "text", "text": "Hello from the fake model"}]
-    assert assembler.usage == Usage(input_tokens=120, output_tokens=7, cached_input_tokens=100)
+    assert assembler.usage == Usage(input_tokens=20, output_tokens=7, cache_read_tokens=100)
     assert assembler.finish == "stop"
     assert isinstance(chunks[0], BlockStart)
-    assert chunks[-2:] == [UsageChunk(Usage(120, 7, 100)), Finish("stop")]
+    assert chunks[-2:] == [UsageChunk(Usage(20, 7, 100)), Finish("stop")]
 
 
 async def test_request_carries_model_tools_usage_option_and_bearer_key(server: FakeOpenAIServer) -> None:
@@ -175,7 +176,45 @@ async def test_reasoning_content_becomes_a_reasoning_block_before_the_text(serve
     reasoning_end = chunks.index(BlockEnd(0, {"type": "reasoning", "text": "Think first."}))
     assert chunks.index(BlockStart(1, "text")) == reasoning_end + 1
     assert final_blocks(chunks) == [{"type": "reasoning", "text": "Think first."}, {"type": "text", "text": "Answer."}]
-    assert UsageChunk(Usage(30, 20, cached_input_tokens=10, reasoning_tokens=12)) in chunks
+    assert UsageChunk(Usage(20, 20, cache_read_tokens=10, reasoning_tokens=12)) in chunks
+
+
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        # DeepSeek: hits inside prompt_tokens, named twice; the miss count is the uncached input.
+        (fake_usage(1000, 40, cached=768, cache_field="deepseek"), Usage(232, 40, cache_read_tokens=768)),
+        # DeepSeek without the miss count: prompt_tokens minus the hits.
+        ({"prompt_tokens": 90, "completion_tokens": 5, "prompt_cache_hit_tokens": 64}, Usage(26, 5, 64)),
+        # Every prompt token served from the cache.
+        (fake_usage(64, 1, cached=64, cache_field="deepseek"), Usage(0, 1, cache_read_tokens=64)),
+        # No cache report at all: everything is uncached input, and no cache count is made up.
+        (fake_usage(12, 3), Usage(12, 3)),
+    ],
+)
+async def test_provider_usage_maps_to_disjoint_counts(
+    server: FakeOpenAIServer, usage: dict[str, Any], expected: Usage
+) -> None:
+    """Cache hits a provider counts inside `prompt_tokens` come out of `inputTokens` into `cacheReadTokens`."""
+    server.enqueue(FakeReply(text="ok", usage=usage))
+    client = client_for(server)
+    chunks = await collect(client, request())
+    await client.aclose()
+    assert UsageChunk(expected) in chunks
+    assert expected.billed_input_tokens == usage["prompt_tokens"]
+
+
+async def test_more_cache_hits_than_prompt_tokens_is_model_unavailable(server: FakeOpenAIServer) -> None:
+    """A usage whose cache hits exceed its prompt count is a malformed stream, not a negative count."""
+    server.enqueue(
+        FakeReply(text="ok", usage={"prompt_tokens": 3, "completion_tokens": 1, "prompt_cache_hit_tokens": 9})
+    )
+    client = client_for(server)
+    with pytest.raises(ModelError) as caught:
+        await collect(client, request())
+    await client.aclose()
+    assert caught.value.code == "MODEL_UNAVAILABLE"
+    assert "9 cached prompt tokens but only 3 prompt tokens" in caught.value.message
 
 
 async def test_interleaved_tool_calls_keep_exact_argument_strings(server: FakeOpenAIServer) -> None:

@@ -139,10 +139,21 @@ async def test_default_call_ids_count_per_track() -> None:
 
 
 async def test_finish_and_usage_can_be_scripted() -> None:
-    """A scripted `finish` and `usage` replace the defaults."""
-    step = {"text": "cut", "finish": "length", "usage": {"inputTokens": 7, "outputTokens": 3, "cachedInputTokens": 2}}
+    """A scripted `finish` and `usage` (disjoint counts, cache reads and writes apart) replace the defaults."""
+    usage = {"inputTokens": 7, "outputTokens": 3, "cacheReadTokens": 2, "cacheWriteTokens": 1}
+    step = {"text": "cut", "finish": "length", "usage": usage}
     chunks = await collect(script({"main": {"steps": [step]}}), request(user("go")))
-    assert chunks[-2:] == [UsageChunk(Usage(7, 3, cached_input_tokens=2)), Finish("length")]
+    assert chunks[-2:] == [UsageChunk(Usage(7, 3, cache_read_tokens=2, cache_write_tokens=1)), Finish("length")]
+
+
+def test_a_script_with_the_older_inclusive_usage_is_refused_with_its_replacement() -> None:
+    """`cachedInputTokens` in a script is SCRIPT_INVALID naming its path and the field that replaced it."""
+    step = {"text": "x", "usage": {"inputTokens": 7, "outputTokens": 3, "cachedInputTokens": 2}}
+    with pytest.raises(ModelError) as caught:
+        script({"main": {"steps": [step]}})
+    assert caught.value.code == "SCRIPT_INVALID"
+    assert "$.agents.main.steps[0].usage: cachedInputTokens is no longer a usage field" in caught.value.message
+    assert "cacheReadTokens" in caught.value.message
 
 
 async def test_client_reports_its_provider_and_the_script_model() -> None:

@@ -38,9 +38,10 @@ def _child(parent: str) -> HeaderInit:
     return HeaderInit(parent_session=parent, origin="subagent", delegation_depth=1)
 
 
-async def _populate(home: Path) -> None:
+async def _populate(home: Path, compression: str = "zstd") -> None:
     """P (two subagent children), Q (a turn with a failed tool call, ended by the user) and R (empty-ish)."""
-    async with Runtime.open(Config(home=home), clock=StepClock()) as rt:
+    config = Config(home=home, persistence={"compression": compression})
+    async with Runtime.open(config, clock=StepClock()) as rt:
         sessions = []
         for session_id in ("P", "Q", "R"):
             session = rt.sessions.create(session_id)
@@ -232,6 +233,26 @@ def test_history_reads_a_subagent_child_as_an_observation(home: Path) -> None:
     result = _invoke(home, "history", "P-broken", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["header"]["origin"] == "subagent"
+
+
+def test_the_read_commands_open_a_store_of_uncompressed_logs_with_no_flag(tmp_path: Path) -> None:
+    """`dsh sessions`, `agents`, `history` and `doctor` read a store of `session.jsonl` logs (as the TypeScript
+    harness writes with compression "none") exactly as its zstd twin, with no option or variable."""
+    plain_home, zstd_home = tmp_path / "plain", tmp_path / "zstd"
+    asyncio.run(_populate(plain_home, "none"))
+    asyncio.run(_populate(zstd_home))
+    logs = sorted(path.name for path in (plain_home / "sessions").rglob("session.jsonl*"))
+    assert logs == ["session.jsonl"] * 5
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
+    for command in (["sessions", "--json", "--all"], ["agents", "P", "--json"], ["history", "Q", "--json"]):
+        plain = runner.invoke(app, ["--home", str(plain_home), *command], env=env)
+        assert plain.exit_code == 0, plain.output
+        assert plain.stdout == _invoke(zstd_home, *command).stdout, command
+    doctor = runner.invoke(app, ["--home", str(plain_home), "doctor", "--json"], env=env)
+    twin = _invoke(zstd_home, "doctor", "--json")
+    assert doctor.exit_code == twin.exit_code == 7  # P-broken has no descriptor, in both stores
+    problems = [p for p in json.loads(doctor.stdout)["problems"] if p.get("sessionId") == "P-broken"]
+    assert [Path(p["path"]).name for p in problems] == ["session.jsonl"]
 
 
 def test_unknown_ids_exit_3_for_history_and_0_with_an_empty_list_for_agents(home: Path) -> None:

@@ -254,6 +254,25 @@ def test_warnings_alone_exit_0(tmp_path: Path) -> None:
     ]
 
 
+def test_a_store_holding_both_encodings_is_a_warning_about_the_harness(tmp_path: Path) -> None:
+    """Logs of both encodings read fine, and `log-encodings` warns (the TypeScript harness refuses such a
+    root), counting each kind; a store of one encoding shows no such check (see the clean home)."""
+    home = _home(tmp_path)
+    closed = [
+        {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}},
+        {"type": "turn/end", "seq": 1, "time": 2, "data": {"turn": 1, "reason": {"kind": "completed"}}},
+    ]
+    asyncio.run(JsonlLogWriter(home / "sessions", compression="none").write("plain", stored_header("plain"), closed))
+    code, report, _ = _doctor(home)
+    assert code == 0
+    assert report["problems"] == []
+    assert report["sessions"] == 3
+    check = next(check for check in report["checks"] if check["name"] == "log-encodings")
+    assert check["status"] == "warn"
+    assert "1 session.jsonl, 2 session.jsonl.zstd" in check["detail"]
+    assert "TypeScript harness refuses" in check["detail"]
+
+
 def test_the_text_report_is_one_line_per_problem(tmp_path: Path) -> None:
     """Without `--json`: one line per check and per problem (severity, kind, id, path, reason), then a summary."""
     home = _home(tmp_path, broken_child=True)

@@ -2,8 +2,8 @@
 
 Capabilities are declared, never guessed from methods; these tests hold each backend to its
 declaration: `TYPED_READS` exactly when it implements `TypedReads`, `ARTIFACT_PATHS` exactly when
-`locate` names a path, and the in-backend fault hook (`IOFaultSeam`) on all of them. The coordinator
-uses typed reads only where they are declared.
+`locate` names a path, and an in-backend fault injector (`dsh.testing.io_faults`) for all of them. The
+coordinator uses typed reads only where they are declared.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from dsh.persistence.memory import MemoryBackend, MemoryStorage
 from dsh.persistence.postgres import PostgresBackend
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.store import SessionStore
-from dsh.testing.faulty import FaultyBackend, IOFaultSeam, TypedFaultyBackend
+from dsh.testing.faulty import FaultyBackend, TypedFaultyBackend
+from dsh.testing.io_faults import io_fault_injector
 from dsh.testing.stored_logs import (
     MemoryStoredLogWriter,
     append_closed_turn,
@@ -65,9 +66,10 @@ def test_only_the_postgres_backend_hands_out_leases(shipped: StorageBackend) -> 
     assert _declares(shipped, Capability.LEASES) == (shipped.name == "postgresql")
 
 
-def test_every_shipped_backend_offers_the_fault_seam(shipped: StorageBackend) -> None:
-    """Memory, JSONL, SQLite and PostgreSQL all offer the in-backend fault hook the conformance suite arms."""
-    assert isinstance(shipped, IOFaultSeam)
+def test_every_shipped_backend_has_an_in_backend_fault_injector(shipped: StorageBackend) -> None:
+    """`dsh.testing.io_faults` can fail the writes of memory, JSONL, SQLite and PostgreSQL from the inside."""
+    assert io_fault_injector(shipped) is not None
+    assert FaultyBackend(shipped).has_io_faults
 
 
 def test_the_fault_wrapper_mirrors_the_wrapped_backend(shipped: StorageBackend) -> None:

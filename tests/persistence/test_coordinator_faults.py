@@ -1,4 +1,4 @@
-"""`FaultyBackend` and the memory backend's in-backend faults: batches stay all-or-nothing.
+"""`FaultyBackend` and in-backend faults on the memory backend: batches stay all-or-nothing.
 
 A batch that fails part-way (a torn write, a failed sync, a failed rollback) must leave the stored
 log and its revision exactly as they were, so the retry stores every event once
@@ -8,6 +8,8 @@ log and its revision exactly as they were, so the retry stores every event once
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,7 +20,8 @@ from dsh.persistence.errors import AppendConflictError, PersistenceIOError, Sess
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
 from dsh.session.events import SessionEvent
 from dsh.session.store import SessionStore
-from dsh.testing.faulty import FaultyBackend, IOFaultSeam
+from dsh.testing.faulty import FaultyBackend
+from dsh.testing.io_faults import IOFaultKind, IOFaultShot, io_fault, io_fault_injector
 from dsh.testing.stored_logs import append_closed_turn, append_note, build_records
 
 
@@ -49,9 +52,10 @@ async def stored_count(backend: StorageBackend) -> int:
     return 0 if log is None else len(log.events)
 
 
-def test_memory_backend_offers_the_fault_seam() -> None:
-    """The memory backend implements IOFaultSeam, so partial and sync faults work on it."""
-    assert isinstance(MemoryBackend(), IOFaultSeam)
+def test_the_memory_backend_has_an_in_backend_fault_injector() -> None:
+    """`dsh.testing.io_faults` knows how to fail the memory backend's writes, so the wrapper can arm them."""
+    assert io_fault_injector(MemoryBackend()) is not None
+    assert FaultyBackend(MemoryBackend()).has_io_faults
 
 
 @pytest.mark.parametrize("arm", ["partial", "sync", "rollback"])
@@ -75,8 +79,8 @@ async def test_in_backend_faults_leave_nothing_written(storage: MemoryStorage, a
     assert await stored_count(inner) == 6
 
 
-async def test_partial_fault_needs_a_seam(storage: MemoryStorage) -> None:
-    """Asking a backend without IOFaultSeam for an in-backend fault is a TypeError."""
+async def test_partial_fault_needs_an_injector(storage: MemoryStorage) -> None:
+    """Asking for an in-backend fault over a backend without an injector is a TypeError."""
 
     class Plain:
         name = "plain"
@@ -85,6 +89,76 @@ async def test_partial_fault_needs_a_seam(storage: MemoryStorage) -> None:
     faulty = FaultyBackend(Plain())  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         faulty.fail_next_append(partial=True)
+
+
+async def test_an_io_fault_strikes_once_inside_its_block(storage: MemoryStorage) -> None:
+    """`io_fault` fails the first write in its block only (rolled back); later writes and writes after it go through."""
+    inner, _ = await opened(storage)
+    events = events_of(6)
+    await inner.append_batch(HEADER, events[:2], materialized=False, fence=None)
+    with io_fault(inner, "sync") as shot:
+        assert not shot.struck
+        with pytest.raises(PersistenceIOError, match="injected sync fault"):
+            await inner.append_batch(HEADER, events[2:4], materialized=True, fence=None)
+        assert shot.struck
+        assert await stored_count(inner) == 2
+        await inner.append_batch(HEADER, events[2:4], materialized=True, fence=None)
+    await inner.append_batch(HEADER, events[4:], materialized=True, fence=None)
+    assert await stored_count(inner) == 6
+
+
+async def test_an_io_fault_left_unreached_changes_nothing_after_its_block(storage: MemoryStorage) -> None:
+    """A fault whose block saw no write is gone when the block ends: the next write stores its batch."""
+    inner, _ = await opened(storage)
+    with io_fault(inner, "partial-write") as shot:
+        pass
+    await inner.append_batch(HEADER, events_of(2), materialized=False, fence=None)
+    assert not shot.struck
+    assert await stored_count(inner) == 2
+
+
+def test_io_fault_refuses_an_unknown_kind_or_backend() -> None:
+    """An unknown kind is a ValueError; a backend with no injector (and none given) is a TypeError."""
+    with pytest.raises(ValueError, match="unknown in-backend fault kind"), io_fault(MemoryBackend(), "torn"):  # type: ignore[arg-type]
+        pass
+    with pytest.raises(TypeError, match="no in-backend fault injector"), io_fault(object(), "sync"):
+        pass
+
+
+async def test_an_armed_fault_is_used_by_the_next_forwarded_write_only(storage: MemoryStorage) -> None:
+    """The wrapper installs its armed fault for one forwarded write: a refused write uses it up; `clear` drops it."""
+    inner, faulty = await opened(storage)
+    events = events_of(4)
+    await faulty.append_batch(HEADER, events[:2], materialized=False, fence=None)
+    faulty.fail_next_sync()
+    with pytest.raises(AppendConflictError):
+        await faulty.append_batch(HEADER, events[3:], materialized=True, fence=None)
+    await faulty.append_batch(HEADER, events[2:3], materialized=True, fence=None)
+    faulty.fail_next_sync()
+    faulty.clear()
+    await faulty.append_batch(HEADER, events[3:], materialized=True, fence=None)
+    assert await stored_count(inner) == 4
+
+
+async def test_a_backend_of_ones_own_brings_its_injector(storage: MemoryStorage) -> None:
+    """`FaultyBackend(..., io_faults=inject)` arms in-backend faults through that injector, for one write."""
+    entered: list[IOFaultKind] = []
+
+    @contextlib.contextmanager
+    def inject(backend: MemoryBackend, shot: IOFaultShot) -> Iterator[None]:
+        entered.append(shot.fault.kind)
+        with io_fault_injector(backend)(backend, shot):  # type: ignore[misc]
+            yield
+
+    inner = MemoryBackend(storage)
+    faulty = FaultyBackend(inner, io_faults=inject)
+    events = events_of(4)
+    faulty.fail_next_rollback()
+    with pytest.raises(PersistenceIOError):
+        await faulty.append_batch(HEADER, events[:2], materialized=False, fence=None)
+    await faulty.append_batch(HEADER, events[:2], materialized=False, fence=None)
+    assert entered == ["rollback"]
+    assert await stored_count(inner) == 2
 
 
 async def test_fail_after_events_refuses_the_crossing_batch_once(storage: MemoryStorage) -> None:

@@ -1,7 +1,7 @@
 """The pure JSONL codec: layout, header encoding, zstd framing and the scanner's torn/corruption rules.
 
-No file system here: these tests call the private codec module `dsh.persistence.jsonl._format`
-directly (docs/storage-format.md#jsonl-layout, docs/storage-format.md#torn-tails-and-repair).
+No file system here: these tests call the private codec modules `dsh.persistence.jsonl._format` and
+`_scan` directly (docs/storage-format.md#jsonl-layout, docs/storage-format.md#torn-tails-and-repair).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dsh.persistence.jsonl._format import (
     encode_header,
     project_key,
     relative_path,
-    scan_events,
     split_head,
 )
+from dsh.persistence.jsonl._scan import scan_events
 from dsh.session.header import HeaderInit
 from tests.persistence.helpers import closed_records, open_step_records
 
@@ -163,7 +163,7 @@ def test_raw_clean_log_has_no_torn_tail() -> None:
     records = closed_records(2)
     data, start = _raw(records)
     scan = scan_events(data, start, "none", CTX)
-    assert scan.events == records
+    assert scan.records == records
     assert (scan.torn, scan.oversized_int_at) == (None, None)
 
 
@@ -172,7 +172,7 @@ def test_raw_final_fragment_is_torn() -> None:
     records = open_step_records()
     data, start = _raw(records, b'{"type":"assistant/chunk","seq":')
     scan = scan_events(data, start, "none", CTX)
-    assert scan.events == records
+    assert scan.records == records
     assert scan.torn is not None
     assert scan.torn.truncate_to == len(data) - len(b'{"type":"assistant/chunk","seq":')
     assert scan.torn.recovered_events == ()
@@ -186,7 +186,7 @@ def test_raw_garbage_before_log_only_events_is_torn() -> None:
     cut = len(data)
     data += b"\x00garbage\n" + encode_batch(records[-2:])
     scan = scan_events(data, start, "none", CTX)
-    assert scan.events == keep
+    assert scan.records == keep
     assert scan.torn is not None
     assert scan.torn.truncate_to == cut
     assert (scan.torn.removed_bytes, scan.torn.removed_records) == (len(data) - cut, 2)
@@ -228,13 +228,13 @@ def test_raw_seq_gap_rules() -> None:
     message = dict(records[-1], seq=len(records) + 5)
     data, start = _raw([*records, message])
     scan = scan_events(data, start, "none", CTX)
-    assert scan.events == records
+    assert scan.records == records
     assert scan.torn is not None
     chunk = dict(records[-2], seq=len(records) + 5)
     assert chunk["type"] == "assistant/chunk"
     data, start = _raw([*records, chunk])
     scan = scan_events(data, start, "none", CTX)
-    assert scan.events == records
+    assert scan.records == records
     assert scan.torn is not None
     assert scan.torn.removed_records == 1
 
@@ -245,7 +245,7 @@ def test_raw_unparsable_and_non_object_lines() -> None:
     for bad in (b'{"type":"x","seq":6,"time":1,"data":"\\ud800"}', b"[1,2]", b"42", b""):
         data, start = _raw(records, bad + b"\n")
         scan = scan_events(data, start, "none", CTX)
-        assert scan.events == records
+        assert scan.records == records
         assert scan.torn is not None
 
 
@@ -258,7 +258,7 @@ def test_a_malformed_packed_row_is_a_defect_of_its_line() -> None:
     ):
         data, start = _raw(records, bad + b"\n")
         scan = scan_events(data, start, "none", CTX)
-        assert scan.events == records
+        assert scan.records == records
         assert scan.torn is not None
         assert scan.torn.truncate_to == len(data) - len(bad) - 1
         data, start = _raw(records, bad + b"\n" + _turn_end(6) + b"\n")
@@ -291,7 +291,7 @@ def test_zstd_multi_frame_log_scans_frame_by_frame() -> None:
     records = closed_records(3)
     data, start = _zstd([encode_batch(records[:4]), encode_batch(records[4:9]), encode_batch(records[9:])])
     scan = scan_events(data, start, "zstd", CTX)
-    assert (scan.events, scan.torn) == (records, None)
+    assert (scan.records, scan.torn) == (records, None)
     whole = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True).read()
     assert whole.splitlines()[1:] == encode_batch(records).splitlines()
 
@@ -336,7 +336,7 @@ def test_torn_final_frame_keeps_complete_records(cut: str) -> None:
     assert scan.torn is not None
     assert scan.torn.truncate_to == torn_start
     recovered = list(scan.torn.recovered_events)
-    assert scan.events == first + recovered
+    assert scan.records == first + recovered
     if cut == "checksum":
         assert recovered == last
     if cut == "magic":
@@ -374,7 +374,7 @@ def test_raw_large_log_scans_in_slices() -> None:
     data, start = _raw([], bytes(body) + b'{"type":')
     assert len(data) > 4 * (1 << 18)
     scan = scan_events(data, start, "none", CTX)
-    assert [record["seq"] for record in scan.events] == list(range(300))
+    assert [record["seq"] for record in scan.records] == list(range(300))
     assert scan.oversized_int_at == 250
     assert scan.torn is not None
     assert scan.torn.truncate_to == len(data) - len(b'{"type":')

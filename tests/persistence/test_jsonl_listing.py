@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from dsh.persistence.errors import SessionCorruptionError, StoreMisconfiguredError
+from dsh.persistence.errors import SessionAlreadyExistsError, SessionCorruptionError, StoreMisconfiguredError
 from dsh.persistence.jsonl import JsonlBackend, encode_batch, encode_header
 from dsh.session import HeaderInit
 from dsh.testing.jsonl_writer import JsonlLogWriter
@@ -62,24 +62,55 @@ async def test_one_id_in_two_projects_is_reported_and_left_out(tmp_path: Path, c
             await coordinator.inspect("twin")
 
 
-async def test_other_encoding_in_root_is_misconfigured(tmp_path: Path, compression: str) -> None:
-    """An artifact of the other encoding in a root makes every operation `STORE_MISCONFIGURED`."""
+async def test_a_root_holding_both_encodings_reads_each_log_in_its_own(tmp_path: Path, compression: str) -> None:
+    """Each log is read, listed and appended to in the encoding its file name says; new logs take the
+    configured one."""
     root = tmp_path / "sessions"
     other = "none" if compression == "zstd" else "zstd"
-    await make_writer(root, compression).write("mine", stored_header("mine"), closed_records(1))
-    await make_writer(root, other).write("foreign", stored_header("foreign"), closed_records(1))
-    backend = make_backend(root, compression)
-    with pytest.raises(StoreMisconfiguredError, match="use a separate root") as caught:
-        await backend.open()
-    assert caught.value.code == "STORE_MISCONFIGURED"
-    for call in (
-        backend.list_headers(),
-        backend.load("foreign"),
-        backend.exists("foreign"),
-        backend.read_revision("foreign"),
-    ):
-        with pytest.raises(StoreMisconfiguredError):
-            await call
+    await make_writer(root, compression).write("mine", stored_header("mine", created_at=1), closed_records(1))
+    await make_writer(root, other).write("foreign", stored_header("foreign", created_at=2), closed_records(1))
+    foreign = make_writer(root, other).path_of("foreign")
+    async with running(make_backend(root, compression)) as (coordinator, store):
+        assert [row.header.id for row in await coordinator.list()] == ["mine", "foreign"]
+        assert len((await coordinator.inspect("foreign")).events) == len(closed_records(1))
+        prepared = await coordinator.prepare("foreign")
+        prepared.publish()
+        append_note(prepared.session, 1)
+        await store.flush(prepared.session)
+        fresh = store.create("fresh", header=HeaderInit())
+        append_note(fresh, 1)
+        await store.flush(fresh)
+    assert make_writer(root, other).path_of("foreign") == foreign
+    assert (
+        make_writer(root, compression)
+        .path_of("fresh")
+        .endswith("session.jsonl.zstd" if compression == "zstd" else "/session.jsonl")
+    )
+    raw = Path(foreign).read_bytes()
+    assert raw.startswith(b"\x28\xb5\x2f\xfd") == (other == "zstd")  # the zstd frame magic, or plain lines
+    async with running(make_backend(root, other)) as (coordinator, _):
+        events = (await coordinator.inspect("foreign")).events
+        assert [e.type for e in events[len(closed_records(1)) :]] == ["session/end-seed", "session/title"]
+        assert [row.header.id for row in await coordinator.list()] == ["mine", "foreign", "fresh"]
+
+
+async def test_a_session_folder_holding_both_logs_is_damaged_not_guessed(tmp_path: Path, compression: str) -> None:
+    """`session.jsonl` beside `session.jsonl.zstd` is `SESSION_CORRUPT` for that session only; the rest lists."""
+    root = tmp_path / "sessions"
+    writer = make_writer(root, compression)
+    await writer.write("fine", stored_header("fine"), closed_records(1))
+    await writer.write("twin", stored_header("twin"), closed_records(1))
+    other = "none" if compression == "zstd" else "zstd"
+    second = writer.path_for("twin", compression=other)  # type: ignore[arg-type]
+    Path(second).write_bytes(writer.encode(stored_header("twin"), closed_records(1), compression=other))  # type: ignore[arg-type]
+    folder = os.path.dirname(second)
+    async with running(make_backend(root, compression)) as (coordinator, _):
+        listing = await coordinator.list()
+        assert [row.header.id for row in listing] == ["fine"]
+        assert [(d.location, d.code, d.session_id) for d in listing.damaged] == [(folder, "SESSION_CORRUPT", "twin")]
+        assert "holds both session.jsonl.zstd and session.jsonl" in listing.damaged[0].message
+        with pytest.raises(SessionCorruptionError, match="holds both"):
+            await coordinator.inspect("twin")
 
 
 async def test_flat_legacy_file_is_misconfigured(tmp_path: Path, compression: str) -> None:
@@ -97,14 +128,15 @@ async def test_flat_legacy_file_is_misconfigured(tmp_path: Path, compression: st
         await backend.load("legacy")
 
 
-async def test_materialize_refuses_other_encoding_in_the_session_directory(tmp_path: Path) -> None:
-    """Materializing where the other encoding's transcript exists is refused as `STORE_MISCONFIGURED`."""
+async def test_materialize_refuses_an_id_stored_in_the_other_encoding(tmp_path: Path) -> None:
+    """A new session whose id is stored as `session.jsonl` is refused as already existing, never written beside it."""
     root = tmp_path / "sessions"
     await JsonlLogWriter(root, compression="none").write("s1", stored_header("s1"), closed_records(1))
     backend = JsonlBackend(root)
     header = stored_header("s1")
-    with pytest.raises(StoreMisconfiguredError):
+    with pytest.raises(SessionAlreadyExistsError):
         await backend.append_batch(header, [], materialized=False, fence=None)  # type: ignore[arg-type]
+    assert JsonlLogWriter(root).find("s1") == [JsonlLogWriter(root, compression="none").path_for("s1")]
 
 
 async def test_parent_filter_and_sort_order(tmp_path: Path, compression: str) -> None:
@@ -224,7 +256,7 @@ async def test_listing_omits_a_log_deleted_after_discovery(tmp_path: Path) -> No
     await writer.write("kept", stored_header("kept"), closed_records(1))
     os.unlink(writer.path_of("gone"))
     rows, damaged = await make_backend(root, "zstd").list_headers()
-    assert [row[0]["id"] for row in rows] == ["kept"]
+    assert [row.record["id"] for row in rows] == ["kept"]
     assert damaged == []
 
 
@@ -242,5 +274,5 @@ async def test_unreadable_log_is_reported_without_failing_the_listing(tmp_path: 
         return open(path, mode)  # the backend closes it
 
     rows, damaged = await JsonlBackend(root, opener=opener).list_headers()
-    assert [row[0]["id"] for row in rows] == ["good"]
+    assert [row.record["id"] for row in rows] == ["good"]
     assert [(d.location, d.code) for d in damaged] == [(bad, "PERSISTENCE_IO")]

@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.persistence.errors import SessionCorruptionError
-from dsh.persistence.jsonl._format import LogContext, scan_events, split_head
+from dsh.persistence.jsonl._format import LogContext, split_head
+from dsh.persistence.jsonl._scan import scan_events
 from dsh.session.surface import Surface
 from dsh.session.validate import check_records
 from dsh.testing.jsonl_writer import TearPoint, frame_spans
@@ -239,9 +240,9 @@ def test_random_streams_packed_per_batch_read_as_the_unpacked_log(
         head = split_head(data, compression, ctx)  # type: ignore[arg-type]
         assert head is not None
         scans.append(scan_events(data, head.end, compression, ctx))  # type: ignore[arg-type]
-    assert list(scans[0].events) == list(scans[1].events) == records
+    assert list(scans[0].records) == list(scans[1].records) == records
     assert scans[0].torn is None
-    assert check_records(scans[0].events, Surface()) is None
+    assert check_records(scans[0].records, Surface()) is None
 
 
 _SCALAR = st.one_of(
@@ -273,11 +274,11 @@ def test_any_row_tagged_line_is_read_or_refused_never_a_crash(row: dict[str, Any
     data = head + orjson.dumps(row) + b"\n"
     scan = scan_events(data, len(head), "none", LogContext("p", None))
     if scan.torn is None:
-        events = list(scan.events)
+        events = list(scan.records)
         assert [event["seq"] for event in events] == list(range(len(events)))
-        check_records(scan.events, Surface())
+        check_records(scan.records, Surface())
     else:
-        assert list(scan.events) == []
+        assert list(scan.records) == []
 
 
 # ---------------------------------------------------------------- malformed rows

@@ -70,7 +70,7 @@ async def _filtered(root: Path, compression: str, parents: Iterable[str | None])
     try:
         before = _heads()
         rows, damaged = await backend.list_headers(parents=frozenset(parents))
-        return [record["id"] for record, _ in rows], sorted(d.location for d in damaged), _heads() - before
+        return [row.record["id"] for row in rows], sorted(d.location for d in damaged), _heads() - before
     finally:
         await backend.close()
 
@@ -80,7 +80,7 @@ async def _everything(root: Path, compression: str) -> tuple[list[tuple[str, obj
     await backend.open()
     try:
         rows, damaged = await backend.list_headers()
-        return [(record["id"], record.get("parentSession")) for record, _ in rows], damaged
+        return [(row.record["id"], row.record.get("parentSession")) for row in rows], damaged
     finally:
         await backend.close()
 

@@ -1,9 +1,8 @@
-"""The JSONL read path: each line parsed once to validate, events deeply immutable, `-0.0` read as `0.0`,
-chunks parsed in one call, and the collector kept off what the read builds."""
+"""The JSONL read path: each line parsed once, the parse kept and handed out as deeply immutable events,
+`-0.0` read as `0.0`, and each record released once its event exists."""
 
 from __future__ import annotations
 
-import gc
 import math
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dsh.persistence.jsonl._format as jsonl_format
+import dsh.persistence.jsonl._scan as jsonl_scan
 import dsh.session.stored as stored_module
-from dsh._accel import speedups
 from dsh._lazy_json import LazyFrozenDict, LazyFrozenList
 from dsh.json import FrozenDict, FrozenList
 from dsh.persistence._validation import validate_log
+from dsh.persistence.jsonl._format import LogContext
 from dsh.session.events import SessionEvent
-from dsh.session.stored import LineRecords, StoredEvents, collector_paused
+from dsh.session.fastcheck import FAST_LOG_ONLY
+from dsh.session.stored import StoredEvents
 from dsh.testing.stored_logs import stored_header
 from tests.helpers import examples
 from tests.persistence.helpers import every_type_records, make_backend, make_writer, running
@@ -92,23 +92,21 @@ async def test_negative_zero_in_a_stored_line_reads_as_zero(tmp_path: Path, comp
 
 
 def test_a_negative_exponent_that_underflows_is_read_as_zero_too() -> None:
-    """A line spelling `-1e-400` (which parses to -0.0) is frozen by the exact rules, not wrapped."""
+    """A line spelling `-1e-400` (which parses to -0.0) is kept with `0.0`; its neighbour is kept as parsed."""
     line = b'{"type":"session/title","seq":0,"time":1,"data":{"x":-1e-400,"y":-5,"d":"2024-01-05"}}'
     plain = b'{"type":"session/title","seq":1,"time":1,"data":{"y":-5,"d":"2024-01-05","z":-0.5}}'
-    events = StoredEvents(LineRecords([line, plain], ["session/title"] * 2))
-    first: Any = events[0]
+    scan = jsonl_scan.scan_events(line + b"\n" + plain + b"\n", 0, "none", LogContext("s1", None))
+    first: Any = StoredEvents(scan.records, viewable=True)[0]
     assert math.copysign(1.0, first.data["x"]) == 1.0
-    assert type(first.data) is FrozenDict
-    assert type(events[1].data) is LazyFrozenDict
-    assert stored_module.may_hold_negative_zero(line)
-    assert not stored_module.may_hold_negative_zero(plain)
+    assert scan.records[1] == orjson.loads(plain)
+    assert jsonl_scan.may_hold_negative_zero(line)
+    assert not jsonl_scan.may_hold_negative_zero(plain)
 
 
-async def test_a_full_read_parses_each_line_once_and_touching_parses_nothing_more_with_c_helpers(
+async def test_a_full_read_parses_each_line_once_and_touching_parses_nothing_more(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Scanning parses every line once; touching every event parses nothing more with the C helpers,
-    else one chunk of lines per 512 events."""
+    """Scanning parses every line once and keeps the parse; touching every event parses nothing more."""
     records = _notes(1_200)
     await make_writer(tmp_path, "zstd").write("s1", stored_header("s1"), records)
     calls: list[int] = []
@@ -125,15 +123,13 @@ async def test_a_full_read_parses_each_line_once_and_touching_parses_nothing_mor
         touched = [event.data for event in observation.events]
         monkeypatch.setattr(orjson, "loads", real_loads)
     assert len(touched) == 1_200
-    # Every event line, the header line and, with the helpers, the small object that hands the C
-    # check the parser's key objects.
-    assert scanned <= 1_200 + 1 + (speedups is not None)
-    # With the helpers the scan's parses are the events; else chunks of 512, 512 and 176 lines.
-    assert len(calls) - scanned == (0 if speedups is not None else 3)
+    # Every event line and the header line.
+    assert scanned <= 1_200 + 1
+    assert len(calls) == scanned
 
 
-async def test_a_chunk_too_deep_for_one_array_is_parsed_line_by_line(tmp_path: Path) -> None:
-    """A line at the parser's depth limit cannot be parsed inside the chunk's array; it is read on its own."""
+async def test_a_line_at_the_parsers_depth_limit_is_read(tmp_path: Path) -> None:
+    """A line nested as deep as the parser allows is read and frozen all the way down."""
     writer = make_writer(tmp_path, "zstd")
     await writer.write("s1", stored_header("s1"), _notes(2))
     deep = b"[" * 1023 + b"]" * 1023
@@ -190,111 +186,57 @@ async def test_a_chunk_of_certain_records_is_frozen_with_no_call_per_event(
 async def test_a_chunk_holding_an_uncertain_record_is_frozen_event_by_event(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only the chunk holding a record the scan was unsure of goes event by event (with the C helpers,
-    only that record); every event stays equal."""
+    """Only the chunk holding a record the scan was unsure of goes event by event; every event stays equal."""
     records = _notes(600)
     records[10] = {"type": "x/custom", "seq": 10, "time": 5, "data": {"n": [1]}, "ignorable": True}
     events, calls = await _touch_counting_per_event_views(tmp_path, monkeypatch, records)
-    # Without the helpers the first chunk's lines go one by one; with them the scan's events are taken.
-    assert calls == ([10] if speedups is not None else list(range(512)))
+    assert calls == list(range(512))
     assert events == records
     assert type(events[10].data) is FrozenDict  # an uncommon envelope is frozen whole
     for event in events:
         _assert_frozen_all_the_way(event)
 
 
-def test_validation_takes_the_lines_over(tmp_path: Path) -> None:
-    """After validation the backend's result no longer holds the lines (a lingering reference keeps nothing)."""
+def test_validation_takes_the_records_over_and_releases_each_once_frozen() -> None:
+    """The validated events own the backend's records and drop each one as soon as its event exists."""
     from dsh.persistence.base import Revision, StoredLog
 
-    lines = [orjson.dumps(record) for record in _notes(3)]
-    scanned = LineRecords(lines, ["session/title"] * 3, bytearray([1, 1, 1]))
-    log = StoredLog(header=stored_header("s1"), events=scanned, revision=Revision("r1"))
+    records = _notes(3)
+    log = StoredLog(
+        header=stored_header("s1"),
+        events=records,
+        revision=Revision("r1"),
+        verdicts=bytearray([FAST_LOG_ONLY] * 3),
+        viewable=True,
+    )
     validated = validate_log("s1", log, None)
-    assert len(scanned) == 0
+    assert validated.events[1] == _notes(3)[1]
+    assert validated.events._records[1] is None
     assert list(validated.events) == _notes(3)
+    assert validated.events._records == [None] * 3
 
 
-def test_a_pause_that_keeps_its_objects_moves_them_to_the_oldest_generation() -> None:
-    """`collector_paused(keep=True)` leaves what it built in the oldest generation and the young count at zero."""
-    if gc.get_freeze_count():
-        # Python 3.12.1 starts with objects in the permanent generation; the pause then leaves it alone.
-        pytest.skip("this interpreter keeps frozen objects, so the pause does not move anything")
-    assert gc.isenabled()
-    with collector_paused(keep=True):
-        kept = [{"n": [i]} for i in range(2_000)]
-    assert gc.isenabled()
-    assert gc.get_count()[0] < 100
-    oldest = {id(item) for item in gc.get_objects(generation=2)}
-    assert id(kept[0]) in oldest
-    assert id(kept[-1]) in oldest
-
-
-def test_a_pause_leaves_a_process_that_froze_objects_alone() -> None:
-    """When the process keeps frozen objects, the pause does not unfreeze them (no move happens)."""
-    gc.freeze()
-    try:
-        with collector_paused(keep=True):
-            kept = [{"n": [i]} for i in range(100)]
-        assert gc.get_freeze_count() > 0
-        assert id(kept[0]) not in {id(item) for item in gc.get_objects(generation=2)}
-    finally:
-        gc.unfreeze()
-
-
-def test_nested_pauses_keep_the_collector_state() -> None:
-    """An inner pause never re-enables a collector the caller disabled."""
-    gc.disable()
-    try:
-        with collector_paused(keep=True):
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
-
-
-async def test_a_full_iteration_triggers_no_full_collection(tmp_path: Path) -> None:
-    """Touching every event of a 3,000-event log runs no oldest-generation collection."""
-    await make_writer(tmp_path, "zstd").write("s1", stored_header("s1"), _notes(3_000))
-    full: list[int] = []
-
-    def watch(phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and info["generation"] == 2:
-            full.append(1)
-
-    async with running(make_backend(tmp_path, "zstd")) as (coordinator, _store):
-        observation = await coordinator.inspect("s1")
-        gc.collect()
-        gc.callbacks.append(watch)
-        try:
-            for event in observation.events:
-                _ = event.data
-        finally:
-            gc.callbacks.remove(watch)
-    assert full == []
-
-
-def test_the_scanner_keeps_each_record_as_its_line_or_with_the_c_helpers_as_its_event() -> None:
-    """The scan result holds each record's type and fast verdict, and the record as its validated line
-    or, with the C helpers, as the event its one parse became."""
+def test_the_scanner_keeps_each_record_as_parsed_with_its_verdict() -> None:
+    """The scan result holds each record as the plain dict its one parse made, with its fast verdict."""
     records = _notes(4)
     text = b"".join(orjson.dumps(record) + b"\n" for record in records)
-    scan = jsonl_format.scan_events(text, 0, "none", jsonl_format.LogContext("s1", None))
-    assert isinstance(scan.events, LineRecords)
-    assert scan.events.types == ["session/title"] * 4
-    assert scan.events.verdicts == bytearray([1, 1, 1, 1])
-    if speedups is None:
-        assert scan.events.lines == [orjson.dumps(record) for record in records]
-        assert scan.events.parsed is None
-    else:
-        assert scan.events.lines == [None] * 4
-        assert scan.events.parsed == records
-        assert all(type(event) is SessionEvent for event in scan.events.parsed)
-    # Either way, indexing and slicing hand out plain records.
-    assert scan.events[1] == records[1]
-    assert type(scan.events[1]) is dict
-    assert scan.events[1:3] == records[1:3]
-    assert [type(record) for record in scan.events[0:4]] == [dict] * 4
+    scan = jsonl_scan.scan_events(text, 0, "none", LogContext("s1", None))
+    assert scan.records == records
+    assert [type(record) for record in scan.records] == [dict] * 4
+    assert scan.verdicts == bytearray([FAST_LOG_ONLY] * 4)
+
+
+def test_a_view_never_changes_the_callers_own_containers() -> None:
+    """Reaching a child of a view copies it into a view of its own; the caller's dict keeps its type and content."""
+    inner = {"b": [1, {"c": 2}]}
+    view = LazyFrozenDict({"a": inner})
+    child: Any = view["a"]
+    assert type(child) is LazyFrozenDict
+    assert type(inner) is dict
+    assert type(inner["b"]) is list
+    assert type(child["b"]) is LazyFrozenList
+    assert type(inner["b"]) is list
+    assert child == inner
 
 
 _NUMBERS = st.builds(
@@ -323,4 +265,4 @@ def test_property_every_spelling_of_negative_zero_is_noticed(number: str, templa
     values = list(parsed.values()) if isinstance(parsed, dict) else parsed
     values = [v for item in values for v in (item if isinstance(item, list) else [item])]
     if any(type(v) is float and v == 0.0 and math.copysign(1.0, v) < 0 for v in values):
-        assert stored_module.may_hold_negative_zero(text)
+        assert jsonl_scan.may_hold_negative_zero(text)

@@ -26,6 +26,7 @@ from dsh.persistence.errors import (
 from dsh.persistence.jsonl import JsonlBackend
 from dsh.session import HeaderInit, SessionEvent, SessionStore
 from dsh.testing.faulty import FaultyBackend
+from dsh.testing.io_faults import io_fault
 from dsh.testing.stored_logs import append_closed_turn, append_note, stored_header
 from tests.persistence.helpers import closed_records, make_backend, make_writer, open_step_records, running
 
@@ -141,9 +142,10 @@ async def test_failed_materialization_leaves_nothing(tmp_path: Path, compression
     backend = make_backend(root, compression)
     header = FrozenDict(stored_header("s1"))
     events = _events(closed_records(1))
-    backend.arm_io_fault("partial-write", PersistenceIOError("injected"))
-    with pytest.raises(PersistenceIOError, match="injected"):
-        await backend.append_batch(header, events, materialized=False, fence=None)
+    with io_fault(backend, "partial-write", PersistenceIOError("injected")) as shot:
+        with pytest.raises(PersistenceIOError, match="injected"):
+            await backend.append_batch(header, events, materialized=False, fence=None)
+    assert shot.struck
     assert not await backend.exists("s1")
     assert _temps(root) == []
     await backend.append_batch(header, events, materialized=False, fence=None)

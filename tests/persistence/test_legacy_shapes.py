@@ -1,10 +1,11 @@
-"""Older upstream event shapes are migrated on read, one function per shape; refused shapes stay refused.
+"""Older event shapes are migrated on read, one function per shape; refused shapes stay refused.
 
 The migrations live in the read pipeline (`dsh.persistence._validation`): messages without ids get
 `legacy-message:<session id>:<seq>`, `steering/message` becomes `user/message`, `turn/start` loses
-its `trigger`, older `turn/end` reasons become current ones. The stored bytes never change, and a
-resumed session appends only current shapes
-(docs/storage-format.md#compatibility-with-the-typescript-harness).
+its `trigger`, older `turn/end` reasons become current ones, and dsh's own older usage shapes (a
+`turn/end` with the turn's usage, step usages counting cached input twice) become the harness's
+disjoint step usage. The stored bytes never change, and a resumed session appends only current
+shapes (docs/storage-format.md#older-event-shapes).
 """
 
 from __future__ import annotations
@@ -20,14 +21,19 @@ from dsh.persistence._legacy_shapes import (
     LegacyShapeError,
     migrate_assistant_message_identity,
     migrate_steering_message,
+    migrate_step_usage_cached_input,
     migrate_tool_result_identity,
     migrate_turn_end_reason,
+    migrate_turn_end_usage,
     migrate_turn_start_trigger,
+    migrate_usage_chunk_cached_input,
     migrate_user_message_identity,
 )
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
+from dsh.persistence.sqlite import SqliteBackend
 from dsh.testing.jsonl_writer import frame_spans
+from dsh.testing.sqlite_writer import SqliteStoredLogWriter
 from dsh.testing.stored_logs import MemoryStoredLogWriter, stored_header
 from dsh.testing.upstream_logs import UpstreamLogBuilder
 from tests.helpers import tree_snapshot
@@ -40,6 +46,20 @@ def _event(kind: str, seq: int, data: Any, **extra: Any) -> dict[str, Any]:
 
 def _no_ids(_seq: object) -> str | None:
     return None
+
+
+def _assistant(usage: dict[str, Any], seq: int = 0) -> dict[str, Any]:
+    message = {
+        "id": "m",
+        "role": "assistant",
+        "content": [],
+        "source": {"kind": "model", "provider": "p", "model": "m"},
+    }
+    return _event("assistant/message", seq, {"turn": 1, "step": 1, "message": message, "usage": usage})
+
+
+def _usage_chunk(usage: dict[str, Any], seq: int = 0) -> dict[str, Any]:
+    return _event("assistant/chunk", seq, {"turn": 1, "step": 1, "chunk": {"type": "usage", "usage": usage}})
 
 
 # ---------------------------------------------------------------- one function per shape, literally
@@ -153,6 +173,27 @@ def test_a_replacing_tool_result_keeps_the_id_of_what_it_replaces() -> None:
     assert migrate_tool_result_identity(result, "s", _no_ids)["data"]["message"]["id"] is None
 
 
+def test_an_earlier_dsh_turn_end_loses_its_usage() -> None:
+    """`{turn, reason, usage}` becomes `{turn, reason}`; a current `turn/end` is returned as it is."""
+    old = _event("turn/end", 5, {"turn": 2, "reason": {"kind": "completed"}, "usage": {"inputTokens": 9}})
+    assert migrate_turn_end_usage(old, "s") == _event("turn/end", 5, {"turn": 2, "reason": {"kind": "completed"}})
+    current = _event("turn/end", 5, {"turn": 2, "reason": {"kind": "completed"}})
+    assert migrate_turn_end_usage(current, "s") is current
+
+
+def test_an_earlier_dsh_step_usage_becomes_disjoint_counts() -> None:
+    """Inclusive `inputTokens` with `cachedInputTokens` become uncached input plus `cacheReadTokens`, on a
+    step's message and on a logged usage chunk alike; current usages are returned as they are."""
+    old = {"inputTokens": 1000, "outputTokens": 40, "cachedInputTokens": 768, "reasoningTokens": 9}
+    new = {"inputTokens": 232, "outputTokens": 40, "cacheReadTokens": 768, "reasoningTokens": 9}
+    assert migrate_step_usage_cached_input(_assistant(old, 3), "s") == _assistant(new, 3)
+    assert migrate_usage_chunk_cached_input(_usage_chunk(old, 2), "s") == _usage_chunk(new, 2)
+    for current in (_assistant(new), _assistant({"inputTokens": 3, "outputTokens": 1})):
+        assert migrate_step_usage_cached_input(current, "s") is current
+    chunk = _usage_chunk(new)
+    assert migrate_usage_chunk_cached_input(chunk, "s") is chunk
+
+
 @pytest.mark.parametrize(
     ("migrate", "record"),
     [
@@ -166,6 +207,19 @@ def test_a_replacing_tool_result_keeps_the_id_of_what_it_replaces() -> None:
         (migrate_steering_message, _event("steering/message", 0, {"content": [], "source": {}})),
         (migrate_steering_message, _event("steering/message", 0, {"turn": 1, "content": []})),
         (migrate_steering_message, _event("steering/message", 0, "text")),
+        (migrate_turn_end_usage, _event("turn/end", 0, {"turn": 1, "reason": {"kind": "completed"}, "usage": 5})),
+        (migrate_turn_end_usage, _event("turn/end", 0, {"turn": 1, "usage": {}})),
+        (migrate_step_usage_cached_input, _assistant({"inputTokens": 3, "outputTokens": 1, "cachedInputTokens": 4})),
+        (migrate_step_usage_cached_input, _assistant({"inputTokens": 3, "cachedInputTokens": 1})),
+        (migrate_step_usage_cached_input, _assistant({"inputTokens": 3, "outputTokens": 1, "cachedInputTokens": -1})),
+        (
+            migrate_step_usage_cached_input,
+            _assistant({"inputTokens": 3, "outputTokens": 1, "cachedInputTokens": 1, "cacheReadTokens": 1}),
+        ),
+        (
+            migrate_usage_chunk_cached_input,
+            _usage_chunk({"inputTokens": 1.5, "outputTokens": 1, "cachedInputTokens": 1}),
+        ),
     ],
 )
 def test_a_record_that_is_almost_an_older_shape_is_refused(migrate: Any, record: dict[str, Any]) -> None:
@@ -397,6 +451,83 @@ async def test_a_replacing_tool_result_inherits_the_replaced_message_id(tmp_path
         events = plain((await coordinator.inspect("s1")).events)
     assert events == log.expected
     assert events[4]["data"]["message"]["id"] == "r3"
+
+
+def _earlier_dsh_log() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One turn as dsh wrote it before usage moved to the step alone, and the same turn in current shapes."""
+    old_usage = {"inputTokens": 120, "outputTokens": 7, "cachedInputTokens": 100}
+    new_usage = {"inputTokens": 20, "outputTokens": 7, "cacheReadTokens": 100}
+    message = {
+        "id": "a1",
+        "role": "assistant",
+        "content": [],
+        "source": {"kind": "model", "provider": "p", "model": "m"},
+    }
+    user = {"id": "u1", "role": "user", "content": [{"type": "text", "text": "hi"}], "source": {"kind": "user"}}
+    reason = {"kind": "completed"}
+
+    def log(usage: dict[str, Any], end: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            _event("turn/start", 0, {"turn": 1}),
+            _event("step/start", 1, {"turn": 1, "step": 1}),
+            _event("user/message", 2, user, surfaceOp="append"),
+            _event("request/context", 3, {"provider": "p", "model": "m"}),
+            _event("assistant/chunk", 4, {"turn": 1, "step": 1, "chunk": {"type": "usage", "usage": usage}}),
+            _event("assistant/chunk", 5, {"turn": 1, "step": 1, "chunk": {"type": "finish", "reason": reason}}),
+            _event(
+                "assistant/message",
+                6,
+                {"turn": 1, "step": 1, "message": message, "usage": usage},
+                surfaceOp="append",
+                sourceEventSeqs=[4, 5],
+            ),
+            _event("step/end", 7, {"turn": 1, "step": 1}),
+            _event("turn/end", 8, end),
+        ]
+
+    stored = log(old_usage, {"turn": 1, "reason": reason, "usage": old_usage})
+    return stored, log(new_usage, {"turn": 1, "reason": reason})
+
+
+async def test_an_earlier_dsh_log_reads_with_the_harness_usage_shapes(tmp_path: Path, compression: str) -> None:
+    """A log of an earlier dsh (usage on `turn/end`, `cachedInputTokens` on step usages and usage chunks) reads
+    as current events from JSONL, SQLite and memory alike, whole and typed."""
+    stored, expected = _earlier_dsh_log()
+    root = tmp_path / "sessions"
+    await make_writer(root, compression).write("old", stored_header("old"), stored)
+    sqlite_path = tmp_path / "s.sqlite3"
+    async with SqliteBackend(sqlite_path):
+        pass
+    await SqliteStoredLogWriter(sqlite_path).write("old", stored_header("old"), stored)
+    storage = MemoryStorage()
+    await MemoryStoredLogWriter(storage).write("old", stored_header("old"), stored)
+    wanted = {"assistant/message", "turn/end", "assistant/chunk"}
+    for backend in (make_backend(root, compression), SqliteBackend(sqlite_path), MemoryBackend(storage)):
+        async with running(backend) as (coordinator, _):
+            assert plain((await coordinator.inspect("old")).events) == expected, backend
+            typed = await coordinator.read_events("old", types=wanted, from_seq=5)
+            assert plain(typed.events) == [e for e in expected if e["type"] in wanted and e["seq"] >= 5]
+
+
+async def test_resuming_an_earlier_dsh_log_keeps_its_lines_and_appends_current_shapes(tmp_path: Path) -> None:
+    """Reading and resuming never rewrite the older lines; what the resumed session appends is current."""
+    stored, _ = _earlier_dsh_log()
+    root = tmp_path / "sessions"
+    writer = make_writer(root, "none")
+    await writer.write("old", stored_header("old"), stored)
+    original = Path(writer.path_of("old")).read_bytes()
+    async with running(make_backend(root, "none")) as (coordinator, store):
+        prepared = await coordinator.prepare("old")
+        prepared.publish()
+        session = prepared.session
+        session.append("turn/start", {"turn": 2})
+        session.append("turn/end", {"turn": 2, "reason": {"kind": "completed"}})
+        await store.flush(session)
+    text = Path(writer.path_of("old")).read_bytes()
+    assert text.startswith(original)
+    added = [orjson.loads(line) for line in text[len(original) :].splitlines()]
+    assert [r["type"] for r in added] == ["session/end-seed", "turn/start", "turn/end"]
+    assert b"cachedInputTokens" not in text[len(original) :]
 
 
 async def test_typed_reads_migrate_the_selected_records(tmp_path: Path) -> None:

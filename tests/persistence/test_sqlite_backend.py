@@ -33,6 +33,7 @@ from dsh.persistence.sqlite import SqliteBackend
 from dsh.persistence.sqlite import _backend as sqlite_backend
 from dsh.session.events import KNOWN_EVENT_TYPES, SessionEvent, make_event
 from dsh.session.header import SessionHeader, SessionId
+from dsh.testing.io_faults import io_fault
 from dsh.testing.sqlite_writer import RawText, SqliteStoredLogWriter
 from tests.helpers import examples
 from tests.persistence.helpers import raw_sql
@@ -203,7 +204,7 @@ async def test_header_record_is_rebuilt_in_upstream_key_order(backend: SqliteBac
     await materialize(backend, "plain")
     (rows, damaged) = await backend.list_headers()
     assert damaged == []
-    by_id = {record["id"]: record for record, _ in rows}
+    by_id = {row.record["id"]: row.record for row in rows}
     assert list(by_id["child"].items()) == list(full.items())
     assert list(by_id["plain"]) == ["type", "version", "id", "createdAt", "delegationDepth"]
     seed_columns = await raw_sql(path, lambda conn: conn.execute("SELECT id, seed_length FROM sessions").fetchall())
@@ -225,9 +226,9 @@ async def test_list_headers_sorts_by_created_at_then_id_and_filters_direct_child
     await materialize(backend, "\uffff", created_at=20)
     everyone, _ = await backend.list_headers()
     expected = ["other", "p", "grandchild", "b", "\u00e9", "a", "\uffff", "\U00010000"]
-    assert [record["id"] for record, _ in everyone] == expected
+    assert [row.record["id"] for row in everyone] == expected
     children, _ = await backend.list_headers(parents=frozenset({"p"}))
-    assert [record["id"] for record, _ in children] == ["b", "\u00e9", "a"]
+    assert [row.record["id"] for row in children] == ["b", "\u00e9", "a"]
     assert await backend.list_headers(parents=frozenset({"nobody"})) == ([], [])
 
 
@@ -246,7 +247,7 @@ async def test_revisions_agree_across_reads_and_change_with_every_append(backend
     typed = await backend.load_typed("s1", frozenset({"turn/end"}), 0, KNOWN_EVENT_TYPES)
     assert log is not None
     assert typed is not None
-    assert rows[0][1] == log.revision == typed.revision == await backend.read_revision("s1") == first
+    assert rows[0].revision == log.revision == typed.revision == await backend.read_revision("s1") == first
     second = await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
     assert second != first
     assert second.rsplit(":", 1)[0] == first.rsplit(":", 1)[0]
@@ -333,9 +334,10 @@ async def test_batch_is_all_or_nothing_under_an_injected_fault(
     await materialize(backend)
     for kind in ("partial-write", "sync", "rollback"):
         before = (await writer.snapshot("s1"), await backend.read_revision("s1"))
-        backend.arm_io_fault(kind, PersistenceIOError(f"injected {kind}"))
-        with pytest.raises(PersistenceIOError, match=f"injected {kind}"):
-            await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
+        with io_fault(backend, kind, PersistenceIOError(f"injected {kind}")) as shot:
+            with pytest.raises(PersistenceIOError, match=f"injected {kind}"):
+                await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
+        assert shot.struck
         assert (await writer.snapshot("s1"), await backend.read_revision("s1")) == before
     await backend.append_batch(stored_header(), turn(3, 1), materialized=True, fence=None)
     log = await backend.load("s1")
@@ -345,8 +347,7 @@ async def test_batch_is_all_or_nothing_under_an_injected_fault(
 
 async def test_a_failed_first_batch_materializes_nothing(backend: SqliteBackend) -> None:
     """A fault during materialization leaves no sessions row: nothing exists before the first batch."""
-    backend.arm_io_fault("sync", PersistenceIOError("injected"))
-    with pytest.raises(PersistenceIOError):
+    with io_fault(backend, "sync", PersistenceIOError("injected")), pytest.raises(PersistenceIOError):
         await materialize(backend)
     assert not await backend.exists("s1")
     assert await backend.list_headers() == ([], [])
@@ -390,7 +391,7 @@ async def test_undecodable_data_row_is_corrupt(backend: SqliteBackend, writer: S
     assert caught.value.code == "SESSION_CORRUPT"
     assert caught.value.session_id == "s1"
     rows, _ = await backend.list_headers()
-    assert [record["id"] for record, _ in rows] == ["s1"]
+    assert [row.record["id"] for row in rows] == ["s1"]
 
 
 async def test_seq_gap_is_corrupt(backend: SqliteBackend, writer: SqliteStoredLogWriter) -> None:
@@ -650,10 +651,10 @@ async def test_several_parents_are_one_indexed_in_list_and_chunked(
         in_sql = [s for s in statements if "parent_session IN" in s]
         orphans, _ = await backend.list_headers(parents=frozenset({None}))
         none_at_all = await backend.list_headers(parents=frozenset())
-    assert [record["id"] for record, _ in rows] == [f"c{index}" for index in reversed(range(7))]
+    assert [row.record["id"] for row in rows] == [f"c{index}" for index in reversed(range(7))]
     assert damaged == []
     assert len(in_sql) == 3
     for sql in in_sql:
         assert "sessions_by_parent" in await explain(path, sql)
-    assert sorted(record["id"] for record, _ in orphans) == [f"p{index}" for index in range(8)]
+    assert sorted(row.record["id"] for row in orphans) == [f"p{index}" for index in range(8)]
     assert none_at_all == ([], [])

@@ -103,7 +103,7 @@ async def test_damage_events_keeps_the_header_listable_and_the_log_corrupt(
     await writer.damage_events("empty")
     assert await writer.snapshot("s1") != before
     rows, damaged = await backend.list_headers()
-    assert sorted(record["id"] for record, _ in rows) == ["empty", "s1"]
+    assert sorted(row.record["id"] for row in rows) == ["empty", "s1"]
     assert damaged == []
     for session_id in ("s1", "empty"):
         with pytest.raises(SessionCorruptionError):
@@ -150,7 +150,7 @@ async def test_foreign_versions_and_large_cuts_are_stored_as_given(
     await writer.write("v1", {**HEADER, "id": "v1", "version": 1}, notes(0, 1))
     await writer.write("cut", {**HEADER, "id": "cut", "seedLength": 9}, notes(0, 1))
     rows, _ = await backend.list_headers()
-    by_id = {record["id"]: record for record, _ in rows}
+    by_id = {row.record["id"]: row.record for row in rows}
     assert by_id["v1"]["version"] == 1
     assert by_id["cut"]["seedLength"] == 9
 

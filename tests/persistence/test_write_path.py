@@ -28,6 +28,7 @@ from dsh.persistence.postgres import PostgresBackend
 from dsh.persistence.sqlite import SqliteBackend
 from dsh.session.store import SessionStore
 from dsh.testing.faulty import HANG_GUARD_S, FaultyBackend
+from dsh.testing.io_faults import io_fault
 from dsh.testing.persistence import eventually
 from dsh.testing.stored_logs import append_closed_turn, append_note
 from dsh.testing.timer import ManualTimer
@@ -340,9 +341,9 @@ async def test_failed_eager_write_raises_keeps_the_batch_and_retries_once(tmp_pa
         await store.flush(session)
         append_note(session, 1)
         append_note(session, 2)
-        backend.arm_io_fault(kind, OSError(5, "injected"))
-        with pytest.raises(PersistenceIOError):
+        with io_fault(backend, kind, OSError(5, "injected")) as shot, pytest.raises(PersistenceIOError):
             await store.flush(session)
+        assert shot.struck
         await store.flush(session)
         assert backend.eager == 2
     assert await _stored_seqs(tmp_path / "sessions") == [0, 1, 2]
@@ -358,9 +359,9 @@ async def test_failed_eager_background_write_is_logged_once_and_kept(
         append_note(session, 0)
         await store.flush(session)
         append_note(session, 1)
-        backend.arm_io_fault("sync", OSError(5, "injected"))
-        timer.advance_to(200)
-        await eventually(lambda: any("background write" in record.message for record in caplog.records))
+        with io_fault(backend, "sync", OSError(5, "injected")):
+            timer.advance_to(200)
+            await eventually(lambda: any("background write" in record.message for record in caplog.records))
         timer.advance_to(10_000)
         assert backend.eager == 1
         assert sum("background write" in record.message for record in caplog.records) == 1

@@ -17,9 +17,10 @@ import pytest
 from dsh.persistence.errors import PersistenceIOError, StoreFormatUnsupportedError, StoreMisconfiguredError
 from dsh.persistence.postgres import SCHEMA_VERSION, PostgresBackend, mask_url
 from dsh.persistence.postgres._reads import Reads
+from dsh.testing.io_faults import io_fault
 from dsh.testing.postgres import ThrowawaySchemas
 from dsh.testing.stored_logs import append_closed_turn, append_every_core_type
-from tests.postgres.helpers import open_host, sql
+from tests.postgres.helpers import open_host, sql, stored_seqs
 
 
 async def _schema_exists(url: str, schema: str) -> bool:
@@ -98,7 +99,7 @@ async def test_a_read_only_backend_sees_a_store_created_after_it_opened(pg_schem
         finally:
             await host.close()
         rows, damaged = await reader.list_headers()
-        assert [record["id"] for record, _ in rows] == ["s"]
+        assert [row.record["id"] for row in rows] == ["s"]
         assert damaged == []
         stored = await reader.load("s")
         assert stored is not None
@@ -136,6 +137,34 @@ async def test_json_columns_hold_the_exact_orjson_text(pg_schemas: ThrowawaySche
         [schema],
     )
     assert types == []
+
+
+@pytest.mark.parametrize("kind", ["partial-write", "sync", "rollback"])
+async def test_a_fault_inside_the_append_transaction_rolls_the_batch_back(
+    pg_schemas: ThrowawaySchemas, kind: str
+) -> None:
+    """A fault after half the rows, or before COMMIT, leaves rows, revision and lease alone; the retry stores once."""
+    url, schema = pg_schemas.url, pg_schemas.new()
+    host = await open_host(url, schema, "f")
+    state = (
+        "SELECT s.revision, s.next_seq, l.expires_at FROM {s}.sessions s "
+        "JOIN {s}.session_leases l ON l.session_id = s.id"
+    )
+    try:
+        session = host.store.create("s")
+        append_closed_turn(session, 1)
+        await host.store.flush(session)
+        before = await sql(url, state, schema=schema)
+        append_closed_turn(session, 2)
+        with io_fault(host.backend, kind) as shot, pytest.raises(PersistenceIOError, match=f"injected {kind}"):
+            await host.store.flush(session)
+        assert shot.struck
+        assert await sql(url, state, schema=schema) == before
+        assert await stored_seqs(url, schema, "s") == list(range(6))
+        await host.store.flush(session)
+        assert await stored_seqs(url, schema, "s") == list(range(12))
+    finally:
+        await host.close()
 
 
 async def test_parent_listing_and_typed_reads_use_their_indexes(pg_schemas: ThrowawaySchemas) -> None:

@@ -17,7 +17,7 @@ import pytest_asyncio
 from dsh.json import freeze
 from dsh.persistence.errors import LeaseHeldError, LeaseLostError, SessionNotFoundError
 from dsh.session.events import make_event
-from dsh.testing.postgres import ThrowawaySchemas
+from dsh.testing.postgres import ThrowawaySchemas, held_appends
 from dsh.testing.stored_logs import BASE_TIME_MS, append_closed_turn, append_note, append_open_step
 from tests.postgres.helpers import Host, expire_lease, lease_row, open_host, sql, stored_seqs, until
 
@@ -161,11 +161,6 @@ async def test_takeover_waits_for_the_holders_append_then_gets_the_next_generati
         inside.set()
         await finish.wait()
 
-    a.backend.hold_appends(hold)
-    append_note(session, 1)
-    holder_flush = asyncio.ensure_future(a.store.flush(session))
-    await asyncio.wait_for(inside.wait(), 30)
-
     async def holder_transaction_outlived_its_lease() -> bool:
         rows = await sql(
             url,
@@ -175,11 +170,6 @@ async def test_takeover_waits_for_the_holders_append_then_gets_the_next_generati
         )
         return bool(rows and rows[0][0])
 
-    # The append extends the lease from its transaction's start; once that moment plus the TTL has
-    # passed, the lease the append will leave behind is already expired for any later takeover.
-    await until(holder_transaction_outlived_its_lease)
-    takeover = asyncio.ensure_future(b.backend.acquire("s"))
-
     async def takeover_waits_on_the_row_lock() -> bool:
         rows = await sql(
             url,
@@ -188,9 +178,16 @@ async def test_takeover_waits_for_the_holders_append_then_gets_the_next_generati
         )
         return int(rows[0][0]) == 1
 
-    await until(takeover_waits_on_the_row_lock)
-    assert not takeover.done()
-    a.backend.hold_appends(None)
+    with held_appends(a.backend, hold):
+        append_note(session, 1)
+        holder_flush = asyncio.ensure_future(a.store.flush(session))
+        await asyncio.wait_for(inside.wait(), 30)
+        # The append extends the lease from its transaction's start; once that moment plus the TTL
+        # has passed, the lease the append will leave behind is already expired for any later takeover.
+        await until(holder_transaction_outlived_its_lease)
+        takeover = asyncio.ensure_future(b.backend.acquire("s"))
+        await until(takeover_waits_on_the_row_lock)
+        assert not takeover.done()
     finish.set()
     await holder_flush  # the holder's append was ordered before the takeover: it is stored
     fence = await takeover
@@ -235,16 +232,16 @@ async def test_appends_of_other_sessions_do_not_wait_for_a_held_lease_row(
             inside.set()
             await finish.wait()
 
-    a.backend.hold_appends(hold)
-    append_note(first, 1)
-    held = asyncio.ensure_future(a.store.flush(first))
-    await asyncio.wait_for(inside.wait(), 30)
-    append_note(second, 1)
-    await asyncio.wait_for(a.store.flush(second), 30)
-    assert await stored_seqs(pg_schemas.url, schema, "s2") == list(range(7))
-    assert not held.done()
-    finish.set()
-    await held
+    with held_appends(a.backend, hold):
+        append_note(first, 1)
+        held = asyncio.ensure_future(a.store.flush(first))
+        await asyncio.wait_for(inside.wait(), 30)
+        append_note(second, 1)
+        await asyncio.wait_for(a.store.flush(second), 30)
+        assert await stored_seqs(pg_schemas.url, schema, "s2") == list(range(7))
+        assert not held.done()
+        finish.set()
+        await held
     assert await stored_seqs(pg_schemas.url, schema, "s1") == list(range(7))
 
 

@@ -1,9 +1,10 @@
 """Lost connections lose no acknowledged event: retries on a new connection, under the same fence.
 
 Connections are killed for real with `pg_terminate_backend` (between appends, and inside an append
-transaction), and a connection lost after `COMMIT` but before its acknowledgement is injected with
-the backend's test seam. Every flush that returned must be stored exactly once, with contiguous seqs;
-the retry of a committed batch must neither duplicate it nor fail on the `(session_id, seq)` key.
+transaction held open by `held_appends`), and a connection lost after `COMMIT` but before its
+acknowledgement is injected with `lost_acknowledgements` (both from `dsh.testing.postgres`). Every
+flush that returned must be stored exactly once, with contiguous seqs; the retry of a committed batch
+must neither duplicate it nor fail on the `(session_id, seq)` key.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest_asyncio
 from dsh.persistence.errors import PersistenceIOError
 from dsh.session.session import Session
 from dsh.testing.conformance_harness import encoded
-from dsh.testing.postgres import ThrowawaySchemas
+from dsh.testing.postgres import ThrowawaySchemas, held_appends, lost_acknowledgements
 from dsh.testing.stored_logs import append_closed_turn, append_note
 from tests.postgres.helpers import Host, open_host, sql, stored_seqs, terminate
 
@@ -51,8 +52,9 @@ async def test_first_batch_acknowledgement_lost_after_commit_is_recognised(
     """A materializing batch committed before its connection dropped is acknowledged by the retry, once."""
     session = host.store.create("s")
     append_closed_turn(session, 1)
-    host.backend.arm_lost_acknowledgements(1)
-    await host.store.flush(session)
+    with lost_acknowledgements(host.backend) as dropped:
+        await host.store.flush(session)
+    assert dropped.lost == 1
     assert await stored_seqs(pg_schemas.url, _schema(host), "s") == list(range(6))
     [(_, revision)] = await _revisions(host, "s")
     assert revision == 1
@@ -69,8 +71,9 @@ async def test_later_batch_acknowledgement_lost_after_commit_is_recognised(
     append_closed_turn(session, 1)
     await host.store.flush(session)
     append_closed_turn(session, 2)
-    host.backend.arm_lost_acknowledgements(1)
-    await host.store.flush(session)
+    with lost_acknowledgements(host.backend) as dropped:
+        await host.store.flush(session)
+    assert dropped.lost == 1
     assert await stored_seqs(pg_schemas.url, _schema(host), "s") == list(range(12))
     [(_, revision)] = await _revisions(host, "s")
     assert revision == 2
@@ -104,9 +107,9 @@ async def test_connection_killed_inside_an_append_transaction_is_retried(
         if not kills:
             kills.append(await terminate(pg_schemas.url, host.backend.holder, state="idle in transaction"))
 
-    host.backend.hold_appends(kill_my_connection)
     append_closed_turn(session, 2)
-    await host.store.flush(session)
+    with held_appends(host.backend, kill_my_connection):
+        await host.store.flush(session)
     assert kills == [1]
     assert await stored_seqs(pg_schemas.url, _schema(host), "s") == list(range(12))
 
@@ -125,18 +128,20 @@ async def test_mixed_connection_losses_lose_no_acknowledged_event(pg_schemas: Th
             killed.add((round_number, session_id))
             await terminate(pg_schemas.url, host.backend.holder, state="idle in transaction")
 
-    host.backend.hold_appends(kill_inside)
-    for round_number in range(12):
-        for index, session in enumerate(sessions):
-            append_note(session, round_number * 10 + index)
-            append_note(session, round_number * 10 + index + 1)
-        if round_number % 4 == 0:
-            await terminate(pg_schemas.url, host.backend.holder)
-        if round_number % 4 == 2:
-            host.backend.arm_lost_acknowledgements(2)
-        for session in sessions:
-            await host.store.flush(session)
-            acknowledged[session.id] = len(session.events)
+    lost = 0
+    with held_appends(host.backend, kill_inside):
+        for round_number in range(12):
+            for index, session in enumerate(sessions):
+                append_note(session, round_number * 10 + index)
+                append_note(session, round_number * 10 + index + 1)
+            if round_number % 4 == 0:
+                await terminate(pg_schemas.url, host.backend.holder)
+            with lost_acknowledgements(host.backend, 2 if round_number % 4 == 2 else 0) as dropped:
+                for session in sessions:
+                    await host.store.flush(session)
+                    acknowledged[session.id] = len(session.events)
+            lost += dropped.lost
+    assert lost == 6
     for session in sessions:
         seqs = await stored_seqs(pg_schemas.url, _schema(host), session.id)
         assert seqs == list(range(acknowledged[session.id]))

@@ -8,6 +8,7 @@ docs/projections.md#unit-contract.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -114,7 +115,7 @@ def _twins(kit) -> list[tuple[Any, Any]]:
         undeclared = kit.counting(f"u:{name}", counts=counts)
         pairs.append((declared, undeclared))
     title = kit.nullish("d:title")
-    title.unit = title.unit._replace(event_types=frozenset({"session/title"}))
+    title.unit = dataclasses.replace(title.unit, event_types=frozenset({"session/title"}))
     pairs.append((title, kit.nullish("u:title")))
     return pairs
 
@@ -211,7 +212,7 @@ def test_check_unit_catches_input_mutation(kit) -> None:
 def test_check_unit_catches_a_broken_event_types_promise(kit) -> None:
     """check_unit reports a declared unit that changes state on an undeclared type."""
     spy = kit.counting("liar", counts=None)
-    unit = spy.unit._replace(event_types=frozenset({"user/message"}))
+    unit = dataclasses.replace(spy.unit, event_types=frozenset({"user/message"}))
     with pytest.raises(AssertionError, match="undeclared type"):
         check_unit(unit, [{"type": "turn/start", "data": {"turn": 1}}], max_examples=examples(5))
 
@@ -219,13 +220,13 @@ def test_check_unit_catches_a_broken_event_types_promise(kit) -> None:
 def test_check_unit_catches_a_state_that_does_not_restore(kit) -> None:
     """check_unit reports a unit whose state_schema loses information, so restores differ from the live fold."""
     spy = kit.counting()
-    lossy = spy.unit._replace(state_schema=type(kit.object_schema)(dict[str, Any]), init=lambda: {"n": 0})
+    lossy = dataclasses.replace(spy.unit, state_schema=type(kit.object_schema)(dict[str, Any]), init=lambda: {"n": 0})
 
     class Forgetful:
         def validate_python(self, value: object, /) -> dict[str, Any]:
             return {"n": 0}
 
-    unit = lossy._replace(state_schema=Forgetful())
+    unit = dataclasses.replace(lossy, state_schema=Forgetful())
     with pytest.raises(AssertionError, match="differs from the live fold"):
         check_unit(unit, [{"type": "user/message", "data": {}}], max_examples=examples(5))
 
@@ -233,6 +234,6 @@ def test_check_unit_catches_a_state_that_does_not_restore(kit) -> None:
 def test_check_unit_catches_a_bad_view(kit) -> None:
     """check_unit reports a view that is not plain JSON."""
     spy = kit.counting()
-    unit = spy.unit._replace(view=ClientView(render=lambda s: {1, 2}, schema=kit.any_schema))
+    unit = dataclasses.replace(spy.unit, view=ClientView(render=lambda s: {1, 2}, schema=kit.any_schema))
     with pytest.raises(AssertionError, match="not plain JSON"):
         check_unit(unit, [], max_examples=examples(5))

@@ -5,6 +5,7 @@ See docs/projections.md#registry.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -60,7 +61,7 @@ def test_visibility_conflict_uses_the_same_code(registry: ProjectionRegistry, co
 @pytest.mark.parametrize(("version", "shown"), [(-1, "-1"), (1.5, "1.5"), (True, "True"), ("1", "'1'")])
 def test_invalid_state_versions_are_refused(registry: ProjectionRegistry, counter, version, shown) -> None:
     """stateVersion -1, 1.5, True (and a string) → PROJECTION_INVALID_UNIT with the exact text."""
-    unit = counter.unit._replace(state_version=version)
+    unit = dataclasses.replace(counter.unit, state_version=version)
     with pytest.raises(ProjectionError) as info:
         registry.register(unit)
     assert info.value.code == "PROJECTION_INVALID_UNIT"
@@ -87,7 +88,7 @@ def test_invalid_state_versions_are_refused(registry: ProjectionRegistry, counte
 def test_malformed_units_are_refused(registry: ProjectionRegistry, counter, change: dict[str, Any]) -> None:
     """Every malformed field of a unit is refused with PROJECTION_INVALID_UNIT at registration."""
     with pytest.raises(ProjectionError) as info:
-        registry.register(counter.unit._replace(**change))
+        registry.register(dataclasses.replace(counter.unit, **change))
     assert info.value.code == "PROJECTION_INVALID_UNIT"
 
 
@@ -100,7 +101,7 @@ def test_non_units_are_refused(registry: ProjectionRegistry) -> None:
 
 def test_state_version_zero_is_valid(registry: ProjectionRegistry, counter) -> None:
     """A stateVersion of 0 is a valid version."""
-    registry.register(counter.unit._replace(state_version=0))
+    registry.register(dataclasses.replace(counter.unit, state_version=0))
     assert registry.keys() == ("counter",)
 
 

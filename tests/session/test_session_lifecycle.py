@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsh.session import Session, SessionError, SessionState, SessionStore
+from dsh.session import session as session_module
 from dsh.session.session import LIFECYCLE, SessionTransition
 from tests.helpers import examples
 
@@ -158,9 +159,11 @@ def test_a_dispose_during_publication_keeps_the_session_live_until_it_unwinds() 
 
 def test_only_the_named_transitions_write_the_state() -> None:
     """In `Session`, `_state` is assigned only by the constructor and by `_move`, the one transition step."""
-    source = inspect.getsource(Session)
+    # The module's source: `Session.__module__` is its public module, `dsh.session`.
+    module = ast.parse(inspect.getsource(session_module))
+    (session_class,) = [node for node in module.body if isinstance(node, ast.ClassDef) and node.name == "Session"]
     writers: set[str] = set()
-    for function in ast.walk(ast.parse(source)):
+    for function in ast.walk(session_class):
         if not isinstance(function, ast.FunctionDef):
             continue
         for node in ast.walk(function):

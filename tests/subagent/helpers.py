@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -417,7 +418,7 @@ def install_hostile_subagent_unit(stack: Stack) -> Callable[[], None]:
     """
     real = subagent_identity_unit()
     assert real.view is not None
-    hostile = real._replace(view=ClientView(render=_hostile_render, schema=real.view.schema))
+    hostile = dataclasses.replace(real, view=ClientView(render=_hostile_render, schema=real.view.schema))
     stack.runtime.release_units()
     return stack.registry.register(hostile)
 

@@ -197,10 +197,12 @@ class SpyQuery:
                 await self.after_observe(session_id, signal)
             changes = self.header_changes.get(session_id)
             if changes is not None:
-                observation = observation._replace(header=dataclasses.replace(observation.header, **changes))
+                observation = dataclasses.replace(
+                    observation, header=dataclasses.replace(observation.header, **changes)
+                )
             cut = self.cut_changes.get(session_id)
             if cut is not None:
-                observation = observation._replace(inherited_event_count=cut)
+                observation = dataclasses.replace(observation, inherited_event_count=cut)
             return observation
         finally:
             self.in_flight -= 1

@@ -383,3 +383,7 @@ def _decision_of(answer: object) -> ApprovalDecision:
         return ApprovalDecision("rejected", detail="the user refused it")
     _log.warning("approval answerer returned %r; the request fails closed", answer)
     return ApprovalDecision("unavailable", detail="the approver gave no valid answer")
+
+
+# The public names (docs/architecture.md#public-names).
+Permissions.__module__ = "dsh"

@@ -117,7 +117,8 @@ class TurnResult:
         turn: The turn number.
         output: The answer text of the turn's last non-empty assistant message ("" when none).
         stop_reason: The `turn/end` reason kind: completed, max-tokens, blocked, aborted or error.
-        usage: The tokens of every request of the turn, summed (None when the model reported none).
+        usage: The tokens of every request of the turn, summed (None when the model reported none); the
+            log holds each request's usage on its `assistant/message`, never a turn total.
         error: The `turn/end` error object when `stop_reason` is `error`.
         dropped: True when the item was dropped unclaimed (the agent closed); the other fields are empty.
     """
@@ -477,10 +478,9 @@ class Agent:
                         "error": {"code": "AGENT_TURN_FAILED", "message": f"{type(error).__name__}: {error}"},
                     }
                 )
-            end: dict[str, Any] = {"turn": number, "reason": outcome.reason}
-            if outcome.usage is not None:
-                end["usage"] = outcome.usage.to_json()
-            self._append("turn/end", end)
+            # Exactly `{turn, reason}`: the usage of each step travels on its `assistant/message`,
+            # and the turn's total is their sum (docs/agent.md#token-usage).
+            self._append("turn/end", {"turn": number, "reason": outcome.reason})
             try:
                 await self._sessions.flush(self._session)
             except Exception as error:

@@ -42,21 +42,36 @@ FinishKind = Literal["stop", "tool-calls", "length", "content-filter"]
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token accounting of one model request."""
+    """Token accounting of one model request, in disjoint counts (docs/agent.md#token-usage).
+
+    `input_tokens` is the uncached input only; input read from the provider's prompt cache is
+    `cache_read_tokens` and input written to it `cache_write_tokens`, so the billed input is the
+    sum of the three. A provider that folds cache hits into its prompt count (DeepSeek's and
+    OpenAI's `prompt_tokens`) has them subtracted by its client. This is the TypeScript harness's
+    `TokenUsage`, and `to_json` is its stored shape.
+    """
 
     input_tokens: int
     output_tokens: int
-    cached_input_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
 
     def to_json(self) -> dict[str, int]:
-        """`{inputTokens, outputTokens, cachedInputTokens?, reasoningTokens?}`."""
+        """`{inputTokens, outputTokens, cacheReadTokens?, cacheWriteTokens?, reasoningTokens?}`."""
         out = {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
-        if self.cached_input_tokens is not None:
-            out["cachedInputTokens"] = self.cached_input_tokens
+        if self.cache_read_tokens is not None:
+            out["cacheReadTokens"] = self.cache_read_tokens
+        if self.cache_write_tokens is not None:
+            out["cacheWriteTokens"] = self.cache_write_tokens
         if self.reasoning_tokens is not None:
             out["reasoningTokens"] = self.reasoning_tokens
         return out
+
+    @property
+    def billed_input_tokens(self) -> int:
+        """Every input token the request was billed for: uncached, cache reads and cache writes."""
+        return self.input_tokens + (self.cache_read_tokens or 0) + (self.cache_write_tokens or 0)
 
     def __add__(self, other: Usage) -> Usage:
         def plus(a: int | None, b: int | None) -> int | None:
@@ -65,7 +80,8 @@ class Usage:
         return Usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
-            plus(self.cached_input_tokens, other.cached_input_tokens),
+            plus(self.cache_read_tokens, other.cache_read_tokens),
+            plus(self.cache_write_tokens, other.cache_write_tokens),
             plus(self.reasoning_tokens, other.reasoning_tokens),
         )
 

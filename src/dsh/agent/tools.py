@@ -180,3 +180,7 @@ class ToolRegistry:
     def schemas(self) -> list[dict[str, Any]]:
         """The neutral schema list `[{name, description, parameters}]`, sorted by name."""
         return [neutral_schema(tool) for tool in self]
+
+
+# The public names (docs/architecture.md#public-names).
+ToolContext.__module__ = "dsh"

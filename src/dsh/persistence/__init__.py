@@ -17,9 +17,9 @@ frames), `SqliteBackend` or `PostgresBackend` (several hosts; imported from
 * `headers`: how every read path parses a stored header record;
 * `errors`: the persistence errors.
 
-`_locks` (the `flock` writer locks of the file stores) and `_faults` (the in-backend fault hook of
-`dsh.testing.IOFaultSeam`) are shared by the backends and private, as is `_workers` (the writer
-threads behind the JSONL backend's eager appends).
+`_locks` (the `flock` writer locks of the file stores) and `_workers` (the writer threads behind the
+JSONL backend's eager appends) are shared by the backends and private. The backends hold no test
+seams: `dsh.testing` fails their writes by replacing a private primitive on one instance.
 """
 
 from typing import TYPE_CHECKING

@@ -30,7 +30,6 @@ from dsh.persistence._writer import retrieve, run_shielded
 from dsh.persistence.base import (
     DamagedSession,
     EventSlice,
-    HeaderRow,
     ParentFilter,
     PersistenceObservation,
     PreparedSession,
@@ -101,8 +100,7 @@ class ColdReader:
         rows: list[StoredSessionInfo] = []
         damaged = list(damaged)
         for row in records:
-            record, revision = row
-            header = row.header if isinstance(row, HeaderRow) else None
+            record, header = row.record, row.header
             if header is None:
                 try:
                     # Validated here once; a backend that validated while listing hands its header over.
@@ -117,7 +115,7 @@ class ColdReader:
                     continue
             if wanted is not None and header.parent_session not in wanted:
                 continue
-            rows.append(StoredSessionInfo(header, revision))
+            rows.append(StoredSessionInfo(header, row.revision))
         rows.sort(key=lambda row: (row.header.created_at, row.header.id))
         for item in damaged:
             key = (item.location, item.code)

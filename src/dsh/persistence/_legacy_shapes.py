@@ -1,21 +1,20 @@
-"""Older upstream shapes, migrated on read (docs/storage-format.md#compatibility-with-the-typescript-harness).
+"""Older shapes, migrated on read (docs/storage-format.md#older-event-shapes).
 
 Layer: persistence (private to the read pipeline in `dsh.persistence._validation`). Logs written by
-earlier versions of the TypeScript harness spell a few events differently; each shape has its own
-function here, applied before any other read rule. The stored bytes are never rewritten, and a
-resumed session appends only current shapes.
+earlier versions of the TypeScript harness, and by earlier versions of dsh, spell a few events
+differently; each shape has its own function here, applied before any other read rule. The stored
+bytes are never rewritten, and a resumed session appends only current shapes.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Final
 
-from dsh._record import Record, set_fields
 from dsh.json import is_safe_int
-from dsh.session.fastcheck import fast_check
-from dsh.session.stored import LineRecords
+from dsh.session.fastcheck import FAST_UNSURE, fast_check
 
 __all__ = [
     "LegacyShapeError",
@@ -24,9 +23,12 @@ __all__ = [
     "migrate_assistant_message_identity",
     "migrate_legacy_shapes",
     "migrate_steering_message",
+    "migrate_step_usage_cached_input",
     "migrate_tool_result_identity",
     "migrate_turn_end_reason",
+    "migrate_turn_end_usage",
     "migrate_turn_start_trigger",
+    "migrate_usage_chunk_cached_input",
     "migrate_user_message_identity",
 ]
 
@@ -42,6 +44,11 @@ __all__ = [
 # exactly it: that is corruption, never a guess. The retired vocabulary the upstream reader refuses
 # (`request/header-delta`, `mode/set`, a `fallback` header reason) has no migration and stays a
 # format refusal.
+#
+# Earlier versions of dsh itself wrote token usage in two shapes the harness does not read: a
+# `turn/end` carrying the turn's summed usage, and step usages whose `inputTokens` included the
+# cached input, named `cachedInputTokens`. Both are migrated here the same way (after the harness's
+# shapes), and neither is written again (docs/agent.md#token-usage).
 
 _FAILURE_KEYS: Final = frozenset({"message", "code", "status", "providerRetryAfterMs", "requestId"})
 
@@ -156,6 +163,95 @@ def migrate_turn_end_reason(record: dict[str, Any], session_id: str) -> dict[str
     return dict(record, data=dict(data, reason=current))
 
 
+def migrate_turn_end_usage(record: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """An earlier dsh `turn/end` also carried the turn's summed usage: `data = {turn, reason, usage}`.
+
+    The current shape is `{turn, reason}`: each step's usage is on its `assistant/message`, and a
+    turn's total is their sum, so the stored total is dropped. Only the complete old shape is
+    migrated (data holds exactly `turn`, `reason` and `usage`, and `usage` is an object).
+
+    Raises:
+        LegacyShapeError: A `turn/end` with a `usage` that is not exactly the old shape.
+    """
+    data = record.get("data")
+    if record.get("type") != "turn/end" or type(data) is not dict or "usage" not in data:
+        return record
+    if data.keys() != {"turn", "reason", "usage"} or type(data["usage"]) is not dict:
+        raise _malformed(record, "data must be exactly {turn, reason, usage: object}")
+    return dict(record, data={key: value for key, value in data.items() if key != "usage"})
+
+
+_OLD_USAGE_KEYS: Final = frozenset({"inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens"})
+
+
+def _disjoint_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The current usage for an older one whose `inputTokens` included `cachedInputTokens`.
+
+    Raises:
+        LegacyShapeError: Not exactly `{inputTokens, outputTokens, cachedInputTokens,
+            reasoningTokens?}` with non-negative safe integer counts and no more cached than input.
+    """
+    if not ({"inputTokens", "outputTokens", "cachedInputTokens"} <= usage.keys() <= _OLD_USAGE_KEYS):
+        raise LegacyShapeError(
+            "an older usage is exactly {inputTokens, outputTokens, cachedInputTokens, reasoningTokens?}"
+        )
+    if not all(is_safe_int(count) and count >= 0 for count in usage.values()):
+        raise LegacyShapeError("an older usage holds non-negative safe integer counts")
+    inclusive = usage["inputTokens"]
+    cached = usage["cachedInputTokens"]
+    if cached > inclusive:
+        raise LegacyShapeError(f"an older usage counts {cached} cached of only {inclusive} input tokens")
+    current = {"inputTokens": inclusive - cached, "outputTokens": usage["outputTokens"], "cacheReadTokens": cached}
+    if "reasoningTokens" in usage:
+        current["reasoningTokens"] = usage["reasoningTokens"]
+    return current
+
+
+def _holds_cached_input(usage: object) -> bool:
+    return type(usage) is dict and "cachedInputTokens" in usage
+
+
+def migrate_step_usage_cached_input(record: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """An earlier dsh step usage counted cached input twice: `{inputTokens (all input), cachedInputTokens}`.
+
+    The `usage` of an `assistant/message` becomes the disjoint shape: `{inputTokens: inputTokens -
+    cachedInputTokens, outputTokens, cacheReadTokens: cachedInputTokens, reasoningTokens?}`.
+
+    Raises:
+        LegacyShapeError: A usage with `cachedInputTokens` that is not exactly the old shape.
+    """
+    data = record.get("data")
+    if record.get("type") != "assistant/message" or type(data) is not dict:
+        return record
+    if not _holds_cached_input(data.get("usage")):
+        return record
+    try:
+        usage = _disjoint_usage(data["usage"])
+    except LegacyShapeError as error:
+        raise _malformed(record, str(error)) from None
+    return dict(record, data=dict(data, usage=usage))
+
+
+def migrate_usage_chunk_cached_input(record: dict[str, Any], session_id: str) -> dict[str, Any]:
+    """A logged usage chunk of an earlier dsh: `assistant/chunk` whose `chunk = {type: "usage", usage}`
+    holds the older usage shape; it becomes the disjoint shape, as a step usage does.
+
+    Raises:
+        LegacyShapeError: A usage with `cachedInputTokens` that is not exactly the old shape.
+    """
+    data = record.get("data")
+    if record.get("type") != "assistant/chunk" or type(data) is not dict:
+        return record
+    chunk = data.get("chunk")
+    if type(chunk) is not dict or chunk.get("type") != "usage" or not _holds_cached_input(chunk.get("usage")):
+        return record
+    try:
+        usage = _disjoint_usage(chunk["usage"])
+    except LegacyShapeError as error:
+        raise _malformed(record, str(error)) from None
+    return dict(record, data=dict(data, chunk=dict(chunk, usage=usage)))
+
+
 def migrate_steering_message(record: dict[str, Any], session_id: str) -> dict[str, Any]:
     """`steering/message` (a user message sent while a turn runs) became a plain `user/message`.
 
@@ -262,10 +358,13 @@ def migrate_tool_result_identity(record: dict[str, Any], session_id: str, messag
 def _migrate_record(record: dict[str, Any], session_id: str, message_id_at: MessageIdAt) -> dict[str, Any]:
     """Every migration in turn (each returns its input when the record is not its shape)."""
     record = migrate_turn_start_trigger(record, session_id)
+    record = migrate_turn_end_usage(record, session_id)
     record = migrate_turn_end_reason(record, session_id)
     record = migrate_steering_message(record, session_id)
     record = migrate_user_message_identity(record, session_id)
     record = migrate_assistant_message_identity(record, session_id)
+    record = migrate_step_usage_cached_input(record, session_id)
+    record = migrate_usage_chunk_cached_input(record, session_id)
     return migrate_tool_result_identity(record, session_id, message_id_at)
 
 
@@ -279,18 +378,31 @@ def _may_be_older(kind: object, data: object) -> bool:
         return kind == "steering/message"
     if kind == "user/message":
         return "id" not in data
-    if kind in ("assistant/message", "tool/result"):
+    if kind == "assistant/message":
+        return "message" not in data or _holds_cached_input(data.get("usage"))
+    if kind == "tool/result":
         return "message" not in data
+    if kind == "assistant/chunk":
+        chunk = data.get("chunk")
+        return type(chunk) is dict and chunk.get("type") == "usage" and _holds_cached_input(chunk.get("usage"))
     if kind == "turn/start":
         return "trigger" in data
     if kind == "turn/end":
         reason = data.get("reason")
-        return type(reason) is dict and reason.get("kind") in ("aborted", "disposed", "error")
+        return "usage" in data or (type(reason) is dict and reason.get("kind") in ("aborted", "disposed", "error"))
     return kind == "steering/message"
 
 
 _OLDER_TYPES: Final = frozenset(
-    {"turn/start", "turn/end", "steering/message", "user/message", "assistant/message", "tool/result"}
+    {
+        "turn/start",
+        "turn/end",
+        "steering/message",
+        "user/message",
+        "assistant/message",
+        "assistant/chunk",
+        "tool/result",
+    }
 )
 
 
@@ -304,46 +416,47 @@ def _message_id(record: Any) -> str | None:
     return found if type(found) is str else None
 
 
-def _candidates(records: LineRecords | list[dict[str, Any]]) -> Iterable[tuple[int, Any]]:
+def _candidates(records: list[dict[str, Any]], verdicts: bytearray | None) -> Iterable[tuple[int, Any]]:
     """`(position, record)` for every record that may hold an older shape.
 
-    A fast-check verdict taken while scanning (`LineRecords`) is "certainly a valid current event",
-    and no older shape passes the fast check, so only the uncertain positions are parsed (on the
-    common path: none). Parsed records (other backends) are all offered; `_may_be_older` sorts
-    them with a few dict lookups each.
+    A fast-check verdict taken while reading is "certainly a valid current event", and no older
+    shape passes the fast check, so with verdicts only the uncertain positions are offered (on the
+    common path: none). Without them every record is offered; `_may_be_older` sorts them with a
+    few dict lookups each.
     """
-    verdicts = records.verdicts if isinstance(records, LineRecords) else None
-    if verdicts is None:
+    if verdicts is None or len(verdicts) != len(records):
         return enumerate(records)
     unsure: list[int] = []
-    index = verdicts.find(0)
+    index = verdicts.find(FAST_UNSURE)
     while index >= 0:
         unsure.append(index)
-        index = verdicts.find(0, index + 1)
+        index = verdicts.find(FAST_UNSURE, index + 1)
     return [(index, records[index]) for index in unsure]
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class MalformedAt(Record):
+@dataclass(frozen=True, slots=True)
+class MalformedAt:
     """The first record whose older shape could not be migrated, and why."""
 
-    __slots__ = ("index", "message")
     index: int
     message: str
 
-    def __init__(self, index: int, message: str) -> None:
-        set_fields(self, index, message)
-
 
 def migrate_legacy_shapes(
-    session_id: str, records: LineRecords | list[dict[str, Any]], *, by_seq: bool = False
+    session_id: str,
+    records: list[dict[str, Any]],
+    *,
+    verdicts: bytearray | None = None,
+    by_seq: bool = False,
 ) -> MalformedAt | None:
-    """Migrate every older upstream shape in `records`, in place; report the first malformed one.
+    """Migrate every older shape in `records`, in place; report the first malformed one.
 
     Args:
         session_id: The session the records belong to (part of the ids given to old messages).
         records: A whole log from seq 0 (`by_seq=False`: position = seq), or a typed selection
             (`by_seq=True`: earlier messages are looked up by their seq among the selection).
+        verdicts: The fast-check verdicts of `records` by position, when the backend took them; a
+            migrated record's verdict is updated in place.
         by_seq: See `records`.
 
     Returns:
@@ -363,7 +476,7 @@ def migrate_legacy_shapes(
         return _message_id(earlier) if type(earlier) is dict and earlier.get("seq") == seq else None
 
     older_types = _OLDER_TYPES
-    for index, record in _candidates(records):
+    for index, record in _candidates(records, verdicts):
         if type(record) is not dict:
             continue
         kind = record.get("type")
@@ -375,8 +488,7 @@ def migrate_legacy_shapes(
             return MalformedAt(index, str(error))
         if migrated is record:
             continue
-        if isinstance(records, LineRecords):
-            records.replace(index, migrated, fast_check(migrated, index) if records.verdicts is not None else None)
-        else:
-            records[index] = migrated
+        records[index] = migrated
+        if verdicts is not None and len(verdicts) == len(records):
+            verdicts[index] = fast_check(migrated, index)
     return None

@@ -77,7 +77,7 @@ class PreparedLRU:
         return list(self._entries)
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Mutable state, not a record: a plain slotted class (docs/architecture.md#import-cost).
 class Reservation:
     """A preparation of one id: `committing` while `prepare` runs, then `reserved` until released.
 

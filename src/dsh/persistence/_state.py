@@ -40,7 +40,7 @@ def _set_event() -> asyncio.Event:
     return event
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Mutable state, not a record: a plain slotted class (docs/architecture.md#import-cost).
 class CoordinatorState:
     """Everything the write side and the cold reader of one coordinator share.
 

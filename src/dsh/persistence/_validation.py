@@ -11,7 +11,9 @@ confused: an intact log this build cannot interpret is format-unsupported, never
 
 Records are validated eagerly but frozen lazily (`StoredEvents`), so a full read costs parsing
 plus validation, and freezing is paid only for the events someone looks at (a full read is the hot
-path). Large logs are validated in a worker thread so the event loop keeps serving other sessions.
+path). A backend may hand over the fast-check verdicts it took while reading (`StoredLog.verdicts`);
+the rules then visit only the records those verdicts are unsure of. Large logs are validated in a
+worker thread so the event loop keeps serving other sessions.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from dsh.persistence.headers import read_stored_header
 from dsh.session.events import SessionEvent, data_problem, envelope_problem, legacy_problem
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.repair import interrupted_turn_closers
-from dsh.session.stored import LineRecords, StoredEvents
+from dsh.session.stored import StoredEvents
 from dsh.session.surface import Surface
 from dsh.session.validate import check_records, first_refusal
 
@@ -183,22 +185,29 @@ def _unknown_type(session_id: str, kind: str, seq: int, location: str | None) ->
     )
 
 
+def _records_of(log: StoredLog) -> list[dict[str, Any]]:
+    """The load's records as a list the pipeline may migrate in place (the backend's own list)."""
+    events = log.events
+    return events if type(events) is list else list(events)
+
+
 def _validated_records(
     session_id: str, log: StoredLog, location: str | None
-) -> tuple[SessionHeader, int, Sequence[dict[str, Any]]]:
+) -> tuple[SessionHeader, int, list[dict[str, Any]]]:
     """The pipeline over a full load: `(header, cut, records)`, the records validated and migrated."""
     header, cut = _header(session_id, log, location)
-    records = log.events if isinstance(log.events, LineRecords | list) else list(log.events)
+    records = _records_of(log)
+    verdicts = log.verdicts
     # Older upstream shapes become current ones first, in place, so every rule below judges the
     # current shapes.
-    malformed = migrate_legacy_shapes(session_id, records)
+    malformed = migrate_legacy_shapes(session_id, records, verdicts=verdicts)
     if malformed is not None:
         raise _malformed_log(session_id, records, malformed, log.oversized_int_at, location)
     # Refusals take precedence over every shape defect anywhere in the log. `check_records` rejects
     # each unknown non-ignorable type and each retired shape it meets, so when it passes the whole
     # log there is no such refusal left to find; only on a defect does the full refusal scan run
     # (same verdicts, one pass fewer on the common, valid path).
-    problem = check_records(records, Surface())
+    problem = check_records(records, Surface(), verdicts=verdicts)
     _refuse(session_id, records, log.oversized_int_at, location, scan=problem is not None)
     if problem is not None:
         raise _corrupt(session_id, problem.message, location)
@@ -212,8 +221,7 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
 
     Args:
         session_id: The requested id.
-        log: The backend's load result; ownership of `log.events` moves into the result (stored
-            lines are taken over, leaving `log.events` empty).
+        log: The backend's load result; ownership of its records moves into the result.
         location: The artifact path for messages, when known.
 
     Raises:
@@ -221,13 +229,12 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
         SessionCorruptionError: Header shape, identity, any per-event rule, or a cut beyond the log.
     """
     header, cut, records = _validated_records(session_id, log, location)
-    types = records.types if isinstance(records, LineRecords) else None
-    closers = tuple(interrupted_turn_closers(records, types=types))
+    closers = tuple(interrupted_turn_closers(records))
     stored_count = len(records)
     return ValidatedLog(
         header=header,
         inherited_event_count=cut,
-        events=StoredEvents(records, closers),
+        events=StoredEvents(records, closers, verdicts=log.verdicts, viewable=log.viewable),
         revision=log.revision,
         torn=log.torn,
         closers=closers,
@@ -247,10 +254,10 @@ def validate_selection(
     """
     header, cut, records = _validated_records(session_id, log, location)
     stored_count = len(records)
-    events = StoredEvents(select(records, types, from_seq))
-    if isinstance(records, LineRecords):
-        records.take()  # the selection has its own lines; let the whole log go now
-    return header, cut, stored_count, events
+    selected = select(records, types, from_seq)
+    # Positions still equal seqs when the selection is the whole log.
+    verdicts = log.verdicts if len(selected) == stored_count else None
+    return header, cut, stored_count, StoredEvents(selected, verdicts=verdicts, viewable=log.viewable)
 
 
 def _malformed_log(
@@ -300,7 +307,7 @@ def validate_typed(
             increasing within the stored log, or the cut exceeds the log.
     """
     header, cut = _header(session_id, log, location)
-    records = log.events if isinstance(log.events, LineRecords | list) else list(log.events)
+    records = _records_of(log)
     malformed = migrate_legacy_shapes(session_id, records, by_seq=True)
     skip = None if malformed is None else malformed.index
     _refuse(session_id, records, log.oversized_int_at, location, first_unknown=log.first_unknown, skip=skip)
@@ -327,14 +334,12 @@ def validate_typed(
     return header, cut, next_seq, records
 
 
-def select(records: Sequence[dict[str, Any]], types: Collection[str] | None, from_seq: int) -> Sequence[dict[str, Any]]:
+def select(records: list[dict[str, Any]], types: Collection[str] | None, from_seq: int) -> list[dict[str, Any]]:
     """The records with `seq >= from_seq` and a type in `types` (all types when None), in order.
 
-    Lines stay lines (`LineRecords.select`), so the selection parses nothing.
+    The records of a validated full load sit at their seq, so the tail is one slice.
     """
-    if isinstance(records, LineRecords):
-        return records.select(types, from_seq)
-    tail = records[from_seq:] if from_seq > 0 else list(records)
+    tail = records[from_seq:] if from_seq > 0 else records
     if types is None:
         return tail
     wanted = frozenset(types)

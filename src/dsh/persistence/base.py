@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, NewType, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, NewType, Protocol, runtime_checkable
 
-from dsh._record import Record, set_fields
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
 from dsh.session.events import SessionEvent
@@ -64,15 +64,16 @@ class Capability(StrEnum):
     EAGER_APPENDS = "eager-appends"
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class StoredSessionInfo(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class StoredSessionInfo:
     """One `list()` row: stored header facts only (logical header, never the integer cut)."""
 
     header: SessionHeader
     revision: Revision
 
 
-class DamagedSession(Record):
+@dataclass(frozen=True, slots=True)
+class DamagedSession:
     """A stored entry left out of a listing because it cannot be read or trusted.
 
     Attributes:
@@ -83,32 +84,28 @@ class DamagedSession(Record):
             name encodes), else None.
     """
 
-    __slots__ = ("code", "location", "message", "session_id")
     location: str
     code: str
     message: str
-    session_id: str | None
-
-    def __init__(self, location: str, code: str, message: str, session_id: str | None = None) -> None:
-        set_fields(self, location, code, message, session_id)
+    session_id: str | None = None
 
 
-class HeaderRow(tuple[FrozenDict, Revision]):
-    """One `list_headers` row: the pair `(stored header record, revision)`, plus the parsed header.
+@dataclass(frozen=True, slots=True)
+class HeaderRow:
+    """One `list_headers` row: the stored header record and its revision, plus the parsed header.
 
-    It is a plain 2-tuple for every purpose (unpacking, indexing, equality). A backend that already
-    parsed and validated the record while listing (the JSONL backend does, to report an invalid
-    header as damaged at its path) attaches the result as `header`, so the coordinator does not
-    validate the same record a second time; a plain `(record, revision)` tuple, or a `HeaderRow`
-    whose `header` is None, is validated by the coordinator.
+    Attributes:
+        record: The stored header record, as stored (not yet validated unless `header` is set).
+        revision: The log's revision.
+        header: The logical header, when the backend already parsed and validated `record` while
+            listing (the JSONL backend does, to report an invalid header as damaged at its path),
+            so the coordinator does not validate the same record a second time; None asks the
+            coordinator to validate `record`.
     """
 
-    header: SessionHeader | None
-
-    def __new__(cls, record: FrozenDict, revision: Revision, header: SessionHeader | None = None) -> HeaderRow:
-        row = super().__new__(cls, (record, revision))
-        row.header = header
-        return row
+    record: FrozenDict
+    revision: Revision
+    header: SessionHeader | None = None
 
 
 ParentFilter = frozenset[str | None]
@@ -134,20 +131,15 @@ def check_parents(parents: object) -> ParentFilter:
     return frozenset(copied)
 
 
-class SessionListing(Record):
+@dataclass(frozen=True, slots=True)
+class SessionListing:
     """The result of `list()`: rows sorted by `(created_at, id)` plus the damaged sessions.
 
     Iterating it gives the rows.
     """
 
-    __slots__ = ("damaged", "rows")
-    rows: list[StoredSessionInfo]
-    damaged: list[DamagedSession]
-
-    def __init__(
-        self, rows: list[StoredSessionInfo] | None = None, damaged: list[DamagedSession] | None = None
-    ) -> None:
-        set_fields(self, [] if rows is None else rows, [] if damaged is None else damaged)
+    rows: list[StoredSessionInfo] = field(default_factory=list)
+    damaged: list[DamagedSession] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[StoredSessionInfo]:
         return iter(self.rows)
@@ -156,70 +148,46 @@ class SessionListing(Record):
         return len(self.rows)
 
 
-class PersistenceObservation(Record):
+@dataclass(frozen=True, slots=True)
+class PersistenceObservation:
     """What `inspect()` returns: a balanced, deeply immutable logical log and its exact cut."""
 
-    __slots__ = ("events", "header", "inherited_event_count", "live", "revision", "synthetic_tail", "torn_tail")
     header: SessionHeader
     events: Sequence[SessionEvent]
     inherited_event_count: int
     revision: Revision | None
     live: bool
     synthetic_tail: int
-    torn_tail: bool
+    torn_tail: bool = False
     """A torn tail was found after the stored events (it stays on disk until `prepare` repairs it)."""
-
-    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
-        self,
-        header: SessionHeader,
-        events: Sequence[SessionEvent],
-        inherited_event_count: int,
-        revision: Revision | None,
-        live: bool,
-        synthetic_tail: int,
-        torn_tail: bool = False,
-    ) -> None:
-        set_fields(self, header, events, inherited_event_count, revision, live, synthetic_tail, torn_tail)
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix."""
         return seq >= self.inherited_event_count
 
 
-class EventSlice(Record):
+@dataclass(frozen=True, slots=True)
+class EventSlice:
     """What `read_events()` returns: stored events with `seq >= from_seq` (optionally typed)."""
 
-    __slots__ = ("events", "header", "inherited_event_count", "next_seq", "revision")
     header: SessionHeader
     inherited_event_count: int
     revision: Revision
     next_seq: int
     events: Sequence[SessionEvent]
 
-    def __init__(
-        self,
-        header: SessionHeader,
-        inherited_event_count: int,
-        revision: Revision,
-        next_seq: int,
-        events: Sequence[SessionEvent],
-    ) -> None:
-        set_fields(self, header, inherited_event_count, revision, next_seq, events)
 
-
-class Fence(Record):
+@dataclass(frozen=True, slots=True)
+class Fence:
     """A writer token: a lease holder and its generation (PostgreSQL)."""
 
-    __slots__ = ("generation", "holder", "session_id")
     session_id: str
     holder: str
     generation: int
 
-    def __init__(self, session_id: str, holder: str, generation: int) -> None:
-        set_fields(self, session_id, holder, generation)
 
-
-class TornMarker(Record):
+@dataclass(frozen=True, slots=True)
+class TornMarker:
     """Where a torn tail starts and the complete records recovered from a torn final frame.
 
     Attributes:
@@ -231,23 +199,14 @@ class TornMarker(Record):
             (docs/storage-format.md#torn-tails-and-repair).
     """
 
-    __slots__ = ("recovered_events", "removed_bytes", "removed_records", "truncate_to")
     truncate_to: int
-    recovered_events: tuple[Mapping[str, Any], ...]
-    removed_bytes: int
-    removed_records: int
-
-    def __init__(
-        self,
-        truncate_to: int,
-        recovered_events: tuple[Mapping[str, Any], ...] = (),
-        removed_bytes: int = 0,
-        removed_records: int = 0,
-    ) -> None:
-        set_fields(self, truncate_to, recovered_events, removed_bytes, removed_records)
+    recovered_events: tuple[Mapping[str, Any], ...] = ()
+    removed_bytes: int = 0
+    removed_records: int = 0
 
 
-class StoredLog(Record):
+@dataclass(frozen=True, slots=True)
+class StoredLog:
     """A backend's `load` result: the stored header record and the parsed records of the valid prefix.
 
     Attributes:
@@ -261,30 +220,23 @@ class StoredLog(Record):
         location: The artifact path, when the backend has one.
         next_seq: Typed reads: the stored next seq (the whole log's length), since `events` then
             holds only the selected records. None means `len(events)` (a full load).
+        verdicts: `dsh.session.fastcheck` verdicts of `events` by position, when the backend took
+            them while reading a full load (validation then judges only the uncertain records).
+        viewable: The records are fresh parses the read rules accept unchanged (no integer beyond
+            64 bits, no `-0.0`) and nobody else holds them, so the read path may hand their payloads
+            out as lazily frozen views instead of copying them whole.
     """
 
-    __slots__ = ("events", "first_unknown", "header", "location", "next_seq", "oversized_int_at", "revision", "torn")
     header: Mapping[str, Any]
     events: Sequence[dict[str, Any]]
     revision: Revision
-    torn: TornMarker | None
-    first_unknown: tuple[str, int] | None
-    oversized_int_at: int | None
-    location: str | None
-    next_seq: int | None
-
-    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
-        self,
-        header: Mapping[str, Any],
-        events: Sequence[dict[str, Any]],
-        revision: Revision,
-        torn: TornMarker | None = None,
-        first_unknown: tuple[str, int] | None = None,
-        oversized_int_at: int | None = None,
-        location: str | None = None,
-        next_seq: int | None = None,
-    ) -> None:
-        set_fields(self, header, events, revision, torn, first_unknown, oversized_int_at, location, next_seq)
+    torn: TornMarker | None = None
+    first_unknown: tuple[str, int] | None = None
+    oversized_int_at: int | None = None
+    location: str | None = None
+    next_seq: int | None = None
+    verdicts: bytearray | None = None
+    viewable: bool = False
 
 
 class StorageBackend(Protocol):
@@ -302,7 +254,7 @@ class StorageBackend(Protocol):
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Stored header records with their revisions, never reading event bodies.
 
         `parents` (already validated, see `check_parents`) asks for the records whose
@@ -310,7 +262,7 @@ class StorageBackend(Protocol):
         its own data (an index) where it can; it may return more rows than asked for, because the
         coordinator filters the validated headers again, but never fewer. The damaged entries are
         always those of the whole store: an entry that cannot be read has no trustworthy parent.
-        Rows may be `HeaderRow`s carrying the header the backend already validated.
+        A row carries the parsed header when the backend already validated its record.
         """
 
     async def exists(self, session_id: str) -> bool:
@@ -521,3 +473,16 @@ def first_oversized_int(lines: Sequence[bytes]) -> int | None:
         except ValueError:
             continue
     return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionPersistence.__module__ = "dsh"
+Capability.__module__ = "dsh.persistence"
+DamagedSession.__module__ = "dsh.persistence"
+EventSlice.__module__ = "dsh.persistence"
+PersistenceObservation.__module__ = "dsh.persistence"
+PreparedSession.__module__ = "dsh.persistence"
+SessionListing.__module__ = "dsh.persistence"
+StorageBackend.__module__ = "dsh.persistence"
+StoredSessionInfo.__module__ = "dsh.persistence"
+TypedReads.__module__ = "dsh.persistence"

@@ -481,3 +481,7 @@ class PersistenceCoordinator:
             PersistenceIOError, OperationCancelledError, PersistenceClosedError.
         """
         return await self._reads.prepare(session_id, signal=signal)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+PersistenceCoordinator.__module__ = "dsh"

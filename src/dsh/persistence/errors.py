@@ -179,3 +179,7 @@ class OperationCancelledError(SessionPersistenceError):
     def __init__(self, message: str, *, reason: object = None, session_id: str | None = None) -> None:
         super().__init__(message, session_id=session_id)
         self.reason = reason
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionPersistenceError.__module__ = "dsh"

@@ -51,5 +51,8 @@ def read_stored_header(record: Mapping[str, object]) -> tuple[SessionHeader, int
 def upstream_only_reason(header: SessionHeader) -> str | None:
     """Why this build would not create `header` although the TypeScript harness reads it, or None."""
     if _upstream_only_cwd(header.cwd):
-        return f"cwd {header.cwd!r} is not an absolute POSIX path (the TypeScript harness accepts it)"
+        return (
+            f"cwd {header.cwd!r} is not an absolute POSIX path (the TypeScript harness lists it, and reads its "
+            "log only on a platform where it is absolute)"
+        )
     return None

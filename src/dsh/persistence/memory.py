@@ -19,11 +19,11 @@ from typing import Any, Final
 import orjson
 
 from dsh.json import FrozenDict
-from dsh.persistence._faults import IOFaultSlot
 from dsh.persistence.base import (
     Capability,
     DamagedSession,
     Fence,
+    HeaderRow,
     ParentFilter,
     Revision,
     StoredLog,
@@ -88,9 +88,9 @@ def _decode_header(raw: bytes) -> dict[str, Any] | None:
 class MemoryBackend:
     """A `StorageBackend` over a `MemoryStorage` (a fresh one when none is given); declares `TYPED_READS`.
 
-    It implements `TypedReads` (`load_typed`) and offers the `dsh.testing.IOFaultSeam`: an armed
-    fault makes the next append or repair fail after staging part (or all) of its records, which
-    are then rolled back, so a batch stays all-or-nothing.
+    It implements `TypedReads` (`load_typed`). Every append and repair stages its records through
+    `_stage` and rolls them back if staging fails, so a batch stays all-or-nothing; tests fail that
+    step from the inside by replacing `_stage` on one instance (`dsh.testing.io_faults`).
     """
 
     name = "memory"
@@ -99,7 +99,6 @@ class MemoryBackend:
         self.storage = storage if storage is not None else MemoryStorage()
         self.capabilities: frozenset[Capability] = _CAPABILITIES
         self._closed = False
-        self._faults = IOFaultSlot()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -119,13 +118,13 @@ class MemoryBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Every stored header record (with `parents`, only those whose `parentSession` is in it).
 
         The damaged entries are the whole storage's, whatever the filter.
         """
         self._check_open()
-        rows: list[tuple[FrozenDict, Revision]] = []
+        rows: list[HeaderRow] = []
         damaged: list[DamagedSession] = []
         for session_id, stored in list(self.storage.sessions.items()):
             header = _decode_header(stored.header)
@@ -148,7 +147,7 @@ class MemoryBackend:
                 continue
             if parents is not None and header.get("parentSession") not in parents:
                 continue
-            rows.append((FrozenDict(header), self.storage.revision(stored)))
+            rows.append(HeaderRow(FrozenDict(header), self.storage.revision(stored)))
         return rows, damaged
 
     async def exists(self, session_id: str) -> bool:
@@ -284,20 +283,23 @@ class MemoryBackend:
                 )
 
     def _write(self, stored: StoredSession, lines: list[bytes]) -> None:
-        """Stage the lines, then either commit (bump the revision) or roll back on an armed fault."""
-        fault = self._faults.take()
+        """Stage the lines, then commit (bump the revision); a failed staging is rolled back first."""
         size = len(stored.lines)
-        if fault is None:
-            stored.lines.extend(lines)
-            stored.counter += 1
-            return
-        stored.lines.extend(lines[: fault.staged_length(len(lines))])
-        # The in-memory "durability step" failed: roll back to the previous length so the batch is
-        # all-or-nothing, exactly as a durable backend truncates or aborts its transaction.
-        del stored.lines[size:]
-        raise fault.error
+        try:
+            self._stage(stored.lines, lines)
+        except BaseException:
+            # The in-memory "durability step" failed: roll back to the previous length so the batch
+            # is all-or-nothing, exactly as a durable backend truncates or aborts its transaction.
+            del stored.lines[size:]
+            raise
+        stored.counter += 1
 
-    # ---------------------------------------------------------------- writer lock, location, faults
+    @staticmethod
+    def _stage(target: list[bytes], lines: list[bytes]) -> None:
+        """The write step of every batch (one primitive, so a test can fail it: `dsh.testing.io_faults`)."""
+        target.extend(lines)
+
+    # ---------------------------------------------------------------- writer lock, location
 
     async def acquire(self, session_id: str) -> Fence | None:
         """No lock: a memory store lives in one process."""
@@ -311,6 +313,6 @@ class MemoryBackend:
         """Memory sessions have no artifact path."""
         return None
 
-    def arm_io_fault(self, kind: str, error: BaseException) -> None:
-        """Fail the next append or repair after staging part (`partial-write`, `rollback`) or all (`sync`)."""
-        self._faults.arm(kind, error)
+
+# Shown under the name users import (docs/architecture.md#public-names).
+MemoryBackend.__module__ = "dsh"

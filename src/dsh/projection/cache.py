@@ -21,9 +21,9 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from dsh._record import Record, set_fields
 from dsh.abort import AbortSignal
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict, is_json
@@ -55,8 +55,8 @@ _WRITE_BACK_FAILED: Final = 'session projection cache: cold-read write-back for 
 _REFOLD_CODES: Final = frozenset({"PROJECTION_REREAD_REQUIRED", "PROJECTION_INVALID_STATE"})
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class ProjectionCacheConfig(Record):
+@dataclass(frozen=True, slots=True)
+class ProjectionCacheConfig:
     """Write-policy settings (docs/projections.md#cache-write-policy); invalid values raise `ConfigError`.
 
     Attributes:
@@ -65,32 +65,27 @@ class ProjectionCacheConfig(Record):
         close_timeout_s: How long `aclose` waits for in-flight writes before abandoning them (> 0).
     """
 
-    __slots__ = ("close_timeout_s", "write_every_events", "write_interval_ms")
-    write_every_events: int
-    write_interval_ms: int
-    close_timeout_s: float
+    write_every_events: int = 256
+    write_interval_ms: int = 5000
+    close_timeout_s: float = 10.0
 
-    def __init__(
-        self, write_every_events: int = 256, write_interval_ms: int = 5000, close_timeout_s: float = 10.0
-    ) -> None:
-        for name, value in (("write_every_events", write_every_events), ("write_interval_ms", write_interval_ms)):
+    def __post_init__(self) -> None:
+        for name in ("write_every_events", "write_interval_ms"):
+            value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+        close_timeout_s = self.close_timeout_s
         if type(close_timeout_s) not in (int, float) or not close_timeout_s > 0:
             raise ConfigError(f"close_timeout_s must be a positive number, got {close_timeout_s!r}")
-        set_fields(self, write_every_events, write_interval_ms, close_timeout_s)
 
 
-class _Cut(Record):
+@dataclass(frozen=True, slots=True)
+class _Cut:
     """What one write will store: the rows and identity taken at one synchronous moment."""
 
-    __slots__ = ("identity", "rows", "session_id")
     session_id: SessionId
     identity: CacheIdentity
     rows: dict[str, CheckpointRow]
-
-    def __init__(self, session_id: SessionId, identity: CacheIdentity, rows: dict[str, CheckpointRow]) -> None:
-        set_fields(self, session_id, identity, rows)
 
 
 class _Dirty:
@@ -537,3 +532,7 @@ class ProjectionCache:
                 await self.storage.aclose()
         finally:
             self._close_done.set()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ProjectionCache.__module__ = "dsh"

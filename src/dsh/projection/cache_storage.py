@@ -17,13 +17,13 @@ import sqlite3
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import quote
 
 import orjson
 
-from dsh._record import Record, set_fields
 from dsh.projection.errors import ProjectionError
 from dsh.projection.unit import CheckpointRow
 from dsh.session.header import SessionId
@@ -49,8 +49,8 @@ CACHE_SCHEMA_VERSION: Final = 1
 _T = TypeVar("_T")
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class CacheIdentity(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class CacheIdentity:
     """Which lifecycle a record describes: `createdAt`, `cwd` (None = absent) and the exact cut."""
 
     created_at: int
@@ -58,27 +58,17 @@ class CacheIdentity(NamedTuple):
     inherited_event_count: int
 
 
-class CacheRecord(Record):
+@dataclass(frozen=True, slots=True)
+class CacheRecord:
     """One session's cached checkpoint rows (`key -> {ver, seq, val}`) under an identity.
 
     Two records are equal when their identities and rows are; `updated_at` (when it was written)
-    takes no part.
+    takes no part. A record holds a dict, so it cannot be hashed.
     """
 
-    __slots__ = ("identity", "rows", "updated_at")
     identity: CacheIdentity
     rows: dict[str, CheckpointRow]
-    updated_at: int
-
-    def __init__(self, identity: CacheIdentity, rows: dict[str, CheckpointRow], updated_at: int = 0) -> None:
-        set_fields(self, identity, rows, updated_at)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CacheRecord):
-            return NotImplemented
-        return self.identity == other.identity and self.rows == other.rows
-
-    __hash__ = None  # type: ignore[assignment]  # it holds mutable containers
+    updated_at: int = field(default=0, compare=False)
 
 
 class CacheStorage(Protocol):

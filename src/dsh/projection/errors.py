@@ -57,3 +57,7 @@ class ProjectionError(DshError):
         super().__init__(message, code=code)
         self.key = key
         self.session_id = session_id
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ProjectionError.__module__ = "dsh"

@@ -445,3 +445,7 @@ class ProjectionRegistry:
                 `PROJECTION_UNIT_FAILED` or `PROJECTION_INVALID_VIEW`.
         """
         return cold_fold(self._select(keys), checkpoint, events, base_seq)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ProjectionRegistry.__module__ = "dsh"

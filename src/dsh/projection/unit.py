@@ -12,9 +12,9 @@ shape carriers send. It holds types only; behaviour lives in `dsh.projection.reg
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypedDict, TypeVar
 
-from dsh._record import Record, set_fields
 from dsh.json import JsonValue
 from dsh.session.events import SessionEvent
 from dsh.session.header import SessionId, SessionSeq
@@ -51,8 +51,8 @@ class Schema(Protocol[T_co]):
         """Return the validated value or raise."""
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class ClientView(Record, Generic[S, V]):
+@dataclass(frozen=True, slots=True)
+class ClientView(Generic[S, V]):
     """How a unit's host state is shown to clients (immutable; compared by value).
 
     Attributes:
@@ -60,15 +60,12 @@ class ClientView(Record, Generic[S, V]):
         schema: Validates every rendered value before it is served or pushed.
     """
 
-    __slots__ = ("render", "schema")
     render: Callable[[S], V]
     schema: Schema[V]
 
-    def __init__(self, render: Callable[[S], V], schema: Schema[V]) -> None:
-        set_fields(self, render, schema)
 
-
-class ProjectionUnit(Record, Generic[S, V]):
+@dataclass(frozen=True, slots=True)
+class ProjectionUnit(Generic[S, V]):
     """One registered fold (docs/projections.md#unit-contract); immutable, compared by value.
 
     Attributes:
@@ -85,26 +82,13 @@ class ProjectionUnit(Record, Generic[S, V]):
             optimisation only: results, watermarks and pushes equal those of an undeclared twin.
     """
 
-    __slots__ = ("apply", "event_types", "init", "key", "state_schema", "state_version", "view")
     key: str
     state_version: int
     init: Callable[[], S]
     apply: Callable[[S, SessionEvent], S]
     state_schema: Schema[S]
-    view: ClientView[S, V] | None
-    event_types: frozenset[str] | None
-
-    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
-        self,
-        key: str,
-        state_version: int,
-        init: Callable[[], S],
-        apply: Callable[[S, SessionEvent], S],
-        state_schema: Schema[S],
-        view: ClientView[S, V] | None = None,
-        event_types: frozenset[str] | None = None,
-    ) -> None:
-        set_fields(self, key, state_version, init, apply, state_schema, view, event_types)
+    view: ClientView[S, V] | None = None
+    event_types: frozenset[str] | None = None
 
 
 class CheckpointRow(TypedDict):
@@ -122,7 +106,8 @@ Checkpoint: TypeAlias = Mapping[str, CheckpointRow]
 """Checkpoint rows by unit key."""
 
 
-class ProjectionSnapshot(Record):
+@dataclass(frozen=True, slots=True)
+class ProjectionSnapshot:
     """One consistent cut of client-visible values.
 
     Attributes:
@@ -130,12 +115,8 @@ class ProjectionSnapshot(Record):
         values: Client-visible keys only, each a validated view (`None` for "no value").
     """
 
-    __slots__ = ("as_of_seq", "values")
     as_of_seq: int
     values: Mapping[str, JsonValue]
-
-    def __init__(self, as_of_seq: int, values: Mapping[str, JsonValue]) -> None:
-        set_fields(self, as_of_seq, values)
 
     def get(self, key: str) -> JsonValue:
         """The value of `key`; `None` both for a `null` value and for an absent key."""
@@ -146,15 +127,12 @@ class ProjectionSnapshot(Record):
         return {"asOfSeq": self.as_of_seq, "values": dict(self.values)}
 
 
-class Restored(Record):
+@dataclass(frozen=True, slots=True)
+class Restored:
     """The result of a cold fold: the snapshot and refreshed checkpoint rows of the selected units."""
 
-    __slots__ = ("checkpoint", "snapshot")
     snapshot: ProjectionSnapshot
     checkpoint: dict[str, CheckpointRow]
-
-    def __init__(self, snapshot: ProjectionSnapshot, checkpoint: dict[str, CheckpointRow]) -> None:
-        set_fields(self, snapshot, checkpoint)
 
 
 def push_frame(session_id: SessionId, key: str, value: JsonValue, seq: SessionSeq) -> dict[str, object]:
@@ -164,3 +142,12 @@ def push_frame(session_id: SessionId, key: str, value: JsonValue, seq: SessionSe
     even when it is `None`, so a serialised frame carries `"value":null` and resets a stale client.
     """
     return {"type": "session/projection", "sessionId": session_id, "key": key, "value": value, "seq": seq}
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ClientView.__module__ = "dsh"
+ProjectionSnapshot.__module__ = "dsh"
+ProjectionUnit.__module__ = "dsh"
+CheckpointRow.__module__ = "dsh.projection"
+Restored.__module__ = "dsh.projection"
+Schema.__module__ = "dsh.projection"

@@ -91,3 +91,7 @@ class SessionQueryError(DshError):
         super().__init__(message, code=code)
         self.session_id = session_id
         self.reason = reason
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionQueryError.__module__ = "dsh"

@@ -1,7 +1,7 @@
 """Result records of the session query: corpus records, observations, history pages, lineage.
 
-Layer: query. Immutable records (`dsh._record.Record`, and a `NamedTuple` for the corpus entry),
-cheap to define when a command starts (docs/architecture.md#import-cost). Two kinds of
+Layer: query. Frozen dataclasses, except `SessionCorpus` (a list of records) and `LineageNode`
+(a tree node compared by identity). Two kinds of
 header-bearing results exist on purpose: `SessionRecord` (a corpus entry) carries only the
 *logical* header — `is_seeded`, never the integer fork cut — while `SessionObservation` and
 `HistoryPage` carry the exact cut (`inherited_event_count`) beside the events they were read with,
@@ -12,9 +12,9 @@ because a cut is only meaningful together with the events it splits. Events are 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Final, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
 
-from dsh._record import Record, set_fields
 from dsh.session.events import SessionEvent
 from dsh.session.header import SessionHeader, SessionId
 
@@ -33,7 +33,8 @@ __all__ = [
 ]
 
 
-class SessionRecord(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
     """One entry of the live-preferred corpus.
 
     Attributes:
@@ -57,7 +58,8 @@ class SessionRecord(NamedTuple):
         return {"header": dict(self.header.to_json()), "live": self.live, "persisted": self.persisted}
 
 
-class SessionFilter(Record):
+@dataclass(frozen=True, slots=True)
+class SessionFilter:
     """What `SessionQuery.filter_sessions` keeps of the corpus.
 
     Attributes:
@@ -67,11 +69,7 @@ class SessionFilter(Record):
             it before its first await, so the caller may reuse the collection at once.
     """
 
-    __slots__ = ("parents",)
-    parents: Collection[str | None] | None
-
-    def __init__(self, parents: Collection[str | None] | None = None) -> None:
-        set_fields(self, parents)
+    parents: Collection[str | None] | None = None
 
 
 class SessionCorpus(list[SessionRecord]):
@@ -90,7 +88,8 @@ class SessionCorpus(list[SessionRecord]):
         self.unreadable = unreadable
 
 
-class SessionObservation(Record):
+@dataclass(frozen=True, slots=True)
+class SessionObservation:
     """One body-carrying read of a session: header, events and the exact inherited cut.
 
     Attributes:
@@ -104,29 +103,19 @@ class SessionObservation(Record):
             by log-only events); it stays on disk until a resume repairs it.
     """
 
-    __slots__ = ("events", "header", "inherited_event_count", "live", "torn_tail")
     header: SessionHeader
     events: Sequence[SessionEvent]
     inherited_event_count: int
     live: bool
-    torn_tail: bool
-
-    def __init__(
-        self,
-        header: SessionHeader,
-        events: Sequence[SessionEvent],
-        inherited_event_count: int,
-        live: bool,
-        torn_tail: bool = False,
-    ) -> None:
-        set_fields(self, header, events, inherited_event_count, live, torn_tail)
+    torn_tail: bool = False
 
     def is_own_seq(self, seq: int) -> bool:
         """True when `seq` lies in the own suffix (`seq >= inherited_event_count`)."""
         return seq >= self.inherited_event_count
 
 
-class HistoryPage(Record):
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
     """One message-aligned page of a session's log, newest page first when paging backwards.
 
     Attributes:
@@ -142,16 +131,6 @@ class HistoryPage(Record):
             when a registry is mounted and every selected unit rendered).
     """
 
-    __slots__ = (
-        "events",
-        "has_more",
-        "header",
-        "inherited_event_count",
-        "live",
-        "next_before_seq",
-        "projections",
-        "session_id",
-    )
     session_id: SessionId
     header: SessionHeader
     inherited_event_count: int
@@ -160,21 +139,6 @@ class HistoryPage(Record):
     has_more: bool
     next_before_seq: int | None
     projections: ProjectionSnapshot | None
-
-    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
-        self,
-        session_id: SessionId,
-        header: SessionHeader,
-        inherited_event_count: int,
-        live: bool,
-        events: Sequence[SessionEvent],
-        has_more: bool,
-        next_before_seq: int | None,
-        projections: ProjectionSnapshot | None,
-    ) -> None:
-        set_fields(
-            self, session_id, header, inherited_event_count, live, events, has_more, next_before_seq, projections
-        )
 
     def to_json(self) -> dict[str, object]:
         """Wire form in camelCase; `nextBeforeSeq` and `projections` are omitted when None."""
@@ -215,7 +179,8 @@ class LineageNode:
         return f"LineageNode(id={self.record.header.id!r}, children={len(self.children)})"
 
 
-class SessionLineage(Record):
+@dataclass(frozen=True, slots=True)
+class SessionLineage:
     """Where a session sits in its `parentSession` tree, from one corpus listing.
 
     Attributes:
@@ -227,7 +192,6 @@ class SessionLineage(Record):
         unresolved_parent_id: When not `complete`, the first parent id missing from the corpus.
     """
 
-    __slots__ = ("ancestors", "complete", "descendants", "root", "target", "unresolved_parent_id")
     target: SessionRecord
     ancestors: tuple[SessionRecord, ...]
     descendants: tuple[LineageNode, ...]
@@ -235,13 +199,12 @@ class SessionLineage(Record):
     root: SessionRecord | None
     unresolved_parent_id: SessionId | None
 
-    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
-        self,
-        target: SessionRecord,
-        ancestors: tuple[SessionRecord, ...],
-        descendants: tuple[LineageNode, ...],
-        complete: bool,
-        root: SessionRecord | None,
-        unresolved_parent_id: SessionId | None,
-    ) -> None:
-        set_fields(self, target, ancestors, descendants, complete, root, unresolved_parent_id)
+
+# Shown under the name users import (docs/architecture.md#public-names).
+HistoryPage.__module__ = "dsh.query"
+LineageNode.__module__ = "dsh.query"
+SessionCorpus.__module__ = "dsh.query"
+SessionFilter.__module__ = "dsh.query"
+SessionLineage.__module__ = "dsh.query"
+SessionObservation.__module__ = "dsh.query"
+SessionRecord.__module__ = "dsh.query"

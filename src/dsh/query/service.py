@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NoReturn
 
-from dsh._record import Record, set_fields
 from dsh.errors import ConfigError
 from dsh.persistence.base import check_parents
 from dsh.persistence.errors import SessionCorruptionError, SessionFormatUnsupportedError, SessionNotFoundError
@@ -67,8 +67,8 @@ def _is_int(value: object) -> bool:
     return type(value) is int
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class QueryConfig(Record):
+@dataclass(frozen=True, slots=True)
+class QueryConfig:
     """Limits of the query service.
 
     Attributes:
@@ -81,18 +81,16 @@ class QueryConfig(Record):
             default above the maximum.
     """
 
-    __slots__ = ("history_default_messages", "history_max_messages")
-    history_default_messages: int
-    history_max_messages: int
+    history_default_messages: int = 50
+    history_max_messages: int = 200
 
-    def __init__(self, history_default_messages: int = 50, history_max_messages: int = 200) -> None:
-        maximum = history_max_messages
+    def __post_init__(self) -> None:
+        maximum = self.history_max_messages
         if not (_is_int(maximum) and maximum >= 1):
             raise ConfigError(f"history_max_messages must be an integer >= 1, got {maximum!r}")
-        default = history_default_messages
+        default = self.history_default_messages
         if not (_is_int(default) and 1 <= default <= maximum):
             raise ConfigError(f"history_default_messages must be an integer between 1 and {maximum}, got {default!r}")
-        set_fields(self, default, maximum)
 
 
 _DEFAULT_CONFIG: Final = QueryConfig()
@@ -100,18 +98,13 @@ _DEFAULT_CONFIG: Final = QueryConfig()
 LiveSnapshot = Callable[["Session"], "ProjectionSnapshot | None"]
 
 
-class _Read(Record):
+@dataclass(frozen=True, slots=True)
+class _Read:
     """An observation plus what a history page needs from the same instant."""
 
-    __slots__ = ("observation", "projections", "session")
     observation: SessionObservation
     session: Session | None
     projections: ProjectionSnapshot | None
-
-    def __init__(
-        self, observation: SessionObservation, session: Session | None, projections: ProjectionSnapshot | None
-    ) -> None:
-        set_fields(self, observation, session, projections)
 
 
 def _aborted(signal: AbortSignal, session_id: str | None) -> SessionQueryError:
@@ -530,3 +523,8 @@ def _descendants(target: SessionRecord, corpus: Sequence[SessionRecord]) -> tupl
     for record in reversed(order):
         built[record.header.id] = LineageNode(record, tuple(built[child] for child in kids[record.header.id]))
     return built[target_id].children
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionQuery.__module__ = "dsh"
+QueryConfig.__module__ = "dsh.query"

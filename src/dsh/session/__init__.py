@@ -1,7 +1,7 @@
 """Sessions: header, events, `Session`, `SessionStore`, fork and crash repair.
 
 Layer: session, the innermost domain layer. It does no I/O and imports no other dsh layer (only
-the base modules `dsh.json`, `dsh.errors` and `dsh._record`). Durability lives in `dsh.persistence`.
+the base modules `dsh.json` and `dsh.errors`). Durability lives in `dsh.persistence`.
 """
 
 from dsh.session.errors import SessionError, SessionForkError

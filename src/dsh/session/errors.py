@@ -40,3 +40,8 @@ class SessionForkError(SessionError):
     """A fork was refused; a failed fork publishes nothing."""
 
     codes = SessionError.codes | frozenset({"SESSION_NOT_FOUND", "INVALID_BOUNDARY", "OPEN_TURN"})
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionError.__module__ = "dsh"
+SessionForkError.__module__ = "dsh"

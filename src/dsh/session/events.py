@@ -11,16 +11,17 @@ raising, so each caller raises its own error kind (`INVALID_EVENT`, `INVALID_SEE
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final, Literal, TypeAlias
 
-from dsh._record import Record, set_fields
 from dsh.json import FrozenDict, FrozenList, JsonValue, is_safe_int
 
 __all__ = [
     "EVENT_KEYS",
     "KNOWN_EVENT_TYPES",
     "LEGACY_EVENT_TYPES",
+    "SHAPE_CHECKED_TYPES",
     "SURFACE_TYPES",
     "SessionEvent",
     "SurfaceOp",
@@ -97,16 +98,12 @@ EVENT_KEYS: Final = ("type", "seq", "time", "data", "ignorable", "sourceEventSeq
 _EVENT_KEY_SET: Final = frozenset(EVENT_KEYS)
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class SurfaceReplace(Record):
+@dataclass(frozen=True, slots=True)
+class SurfaceReplace:
     """A surface replace: shadows the current surface nodes from seq `start` through seq `end`."""
 
-    __slots__ = ("end", "start")
     start: int
     end: int
-
-    def __init__(self, start: int, end: int) -> None:
-        set_fields(self, start, end)
 
     def to_json(self) -> FrozenDict:
         """The stored form `{"op": "replace", "start": s, "end": e}`."""
@@ -421,6 +418,10 @@ _CHECKS: Final[dict[str, Callable[[Any], str | None]]] = {
 }
 
 
+SHAPE_CHECKED_TYPES: Final = frozenset(_CHECKS)
+"""The types whose payload shape `data_problem` checks; every other known type's payload is opaque."""
+
+
 def data_problem(kind: str, data: object) -> str | None:
     """Check the data shape of a checked core type; opaque and foreign types always pass."""
     check = _CHECKS.get(kind)
@@ -428,3 +429,8 @@ def data_problem(kind: str, data: object) -> str | None:
         return None
     problem = check(data)
     return None if problem is None else f'session event "{kind}" has invalid data: {problem}'
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionEvent.__module__ = "dsh"
+SurfaceReplace.__module__ = "dsh.session"

@@ -8,8 +8,12 @@ one function (no helper calls: a Python call costs as much as several checks) an
 caught by one `try`; anything unusual — a foreign type, extra envelope keys, a replace, an aborted
 turn, a defect, an older upstream shape the read pipeline migrates — answers "not certain" and the
 caller runs the full checks, which produce the exact message. It never decides that a record is
-invalid on its own. The C helpers (`dsh._speedups.check_records`) give the same verdicts for a
-whole list at once (a differential test pins it); the JSONL scanner uses them when they are built.
+invalid on its own. The verdicts are the named constants below; the JSONL scanner keeps one per
+record (a `bytes`), so validation visits only the records the check was unsure of.
+
+The full rules stay the one source of truth: every type checked here is a type of the rule table in
+`dsh.session.events` (or one whose payload that table leaves opaque), and a differential property
+test holds each checker to those rules on mutated records.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from typing import Any, Final
 
 from dsh.json import SAFE_INT_MAX
 
-__all__ = ["FAST_LOG_ONLY", "FAST_SURFACE_APPEND", "FAST_UNSURE", "fast_check"]
+__all__ = ["FAST_CHECKED_TYPES", "FAST_LOG_ONLY", "FAST_SURFACE_APPEND", "FAST_UNSURE", "fast_check"]
 
 FAST_UNSURE: Final = 0
+"""Not certain: the full rules judge the record (and word the exact error if it is invalid)."""
 FAST_LOG_ONLY: Final = 1
+"""Certainly a valid log-only event at its position."""
 FAST_SURFACE_APPEND: Final = 2
+"""Certainly a valid surface event with `surfaceOp: "append"` at its position (a new surface node)."""
 
 _MAX: Final = SAFE_INT_MAX
 _MIN: Final = -SAFE_INT_MAX
@@ -31,6 +38,7 @@ _MIN: Final = -SAFE_INT_MAX
 # (`disposed`, an aborted or error reason without its nested part): the full rules and the read
 # pipeline's migrations judge those.
 _FULL_CHECK_REASONS: Final = frozenset({"aborted", "error", "disposed"})
+_FULL_CHECK_CHUNKS: Final = frozenset({"", "usage"})
 
 # Every checker takes the whole record and its index, reads keys directly and returns its verdict:
 # a missing key or a wrong container type raises, which `fast_check` turns into "not certain".
@@ -72,12 +80,12 @@ def _turn_start(r: Any, i: int) -> int:
     time = r["time"]
     d = r["data"]
     if len(r) != 4 or seq.__class__ is not _int or seq != i or time.__class__ is not _int or d.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     # An older `turn/start` also carried `trigger`; the read pipeline migrates that shape.
     if _MIN <= time <= _MAX and turn.__class__ is _int and 0 <= turn <= _MAX and "trigger" not in d:
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _turn_end(r: Any, i: int) -> int:
@@ -85,12 +93,13 @@ def _turn_end(r: Any, i: int) -> int:
     time = r["time"]
     d = r["data"]
     if len(r) != 4 or seq.__class__ is not _int or seq != i or time.__class__ is not _int or d.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     reason = d["reason"]
     if reason.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     kind = reason["kind"]
+    # Any key besides `turn` and `reason` (an older log's `usage`): the read pipeline judges it.
     if (
         _MIN <= time <= _MAX
         and turn.__class__ is _int
@@ -98,9 +107,10 @@ def _turn_end(r: Any, i: int) -> int:
         and kind.__class__ is _str
         and kind != ""
         and kind not in _FULL_CHECK_REASONS
+        and len(d) == 2
     ):
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _step(r: Any, i: int) -> int:
@@ -108,7 +118,7 @@ def _step(r: Any, i: int) -> int:
     time = r["time"]
     d = r["data"]
     if len(r) != 4 or seq.__class__ is not _int or seq != i or time.__class__ is not _int or d.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     step = d["step"]
     if (
@@ -118,8 +128,8 @@ def _step(r: Any, i: int) -> int:
         and 0 <= turn <= _MAX
         and 0 <= step <= _MAX
     ):
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _chunk(r: Any, i: int) -> int:
@@ -127,12 +137,12 @@ def _chunk(r: Any, i: int) -> int:
     time = r["time"]
     d = r["data"]
     if len(r) != 4 or seq.__class__ is not _int or seq != i or time.__class__ is not _int or d.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     step = d["step"]
     chunk = d["chunk"]
     if chunk.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     kind = chunk["type"]
     if (
         _MIN <= time <= _MAX
@@ -141,10 +151,12 @@ def _chunk(r: Any, i: int) -> int:
         and 0 <= turn <= _MAX
         and 0 <= step <= _MAX
         and kind.__class__ is _str
-        and kind != ""
+        # Not empty, and not a usage chunk: one may hold an older usage shape, which the read
+        # pipeline migrates.
+        and kind not in _FULL_CHECK_CHUNKS
     ):
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _tool_call(r: Any, i: int) -> int:
@@ -152,7 +164,7 @@ def _tool_call(r: Any, i: int) -> int:
     time = r["time"]
     d = r["data"]
     if len(r) != 4 or seq.__class__ is not _int or seq != i or time.__class__ is not _int or d.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     step = d["step"]
     call_id = d["callId"]
@@ -167,8 +179,8 @@ def _tool_call(r: Any, i: int) -> int:
         and d["name"].__class__ is _str
         and d["arguments"].__class__ is _str
     ):
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _request_context(r: Any, i: int) -> int:
@@ -176,7 +188,7 @@ def _request_context(r: Any, i: int) -> int:
     time = r["time"]
     d = r["data"]
     if len(r) != 4 or seq.__class__ is not _int or seq != i or time.__class__ is not _int or d.__class__ is not _dict:
-        return 0
+        return FAST_UNSURE
     window = d.get("contextWindow", 0)
     if (
         _MIN <= time <= _MAX
@@ -185,8 +197,8 @@ def _request_context(r: Any, i: int) -> int:
         and window.__class__ is _int
         and 0 <= window <= _MAX
     ):
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _end_seed(r: Any, i: int) -> int:
@@ -200,8 +212,8 @@ def _end_seed(r: Any, i: int) -> int:
         and _MIN <= time <= _MAX
         and r["data"].__class__ is _dict
     ):
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _opaque(r: Any, i: int) -> int:
@@ -209,8 +221,8 @@ def _opaque(r: Any, i: int) -> int:
     time = r["time"]
     r["data"]
     if len(r) == 4 and seq.__class__ is _int and seq == i and time.__class__ is _int and _MIN <= time <= _MAX:
-        return 1
-    return 0
+        return FAST_LOG_ONLY
+    return FAST_UNSURE
 
 
 def _user_message(r: Any, i: int) -> int:
@@ -225,8 +237,8 @@ def _user_message(r: Any, i: int) -> int:
         and _MIN <= time <= _MAX
         and _frame_ok(r["data"], "user")
     ):
-        return 2
-    return 0
+        return FAST_SURFACE_APPEND
+    return FAST_UNSURE
 
 
 def _assistant_message(r: Any, i: int) -> int:
@@ -241,7 +253,7 @@ def _assistant_message(r: Any, i: int) -> int:
         or time.__class__ is not _int
         or d.__class__ is not _dict
     ):
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     step = d["step"]
     if not (
@@ -251,16 +263,17 @@ def _assistant_message(r: Any, i: int) -> int:
         and 0 <= turn <= _MAX
         and 0 <= step <= _MAX
     ):
-        return 0
+        return FAST_UNSURE
     message = d["message"]
     if not _frame_ok(message, "assistant"):
-        return 0
+        return FAST_UNSURE
     source = message["source"]
     if source["kind"] != "model" or source["provider"].__class__ is not _str or source["model"].__class__ is not _str:
-        return 0
-    if "usage" in d and d["usage"].__class__ is not _dict:
-        return 0
-    return 2 if "interrupted" not in d or d["interrupted"] is True else 0
+        return FAST_UNSURE
+    # An older usage shape (`cachedInputTokens`) is migrated by the read pipeline.
+    if "usage" in d and (d["usage"].__class__ is not _dict or "cachedInputTokens" in d["usage"]):
+        return FAST_UNSURE
+    return FAST_SURFACE_APPEND if "interrupted" not in d or d["interrupted"] is True else FAST_UNSURE
 
 
 def _tool_result(r: Any, i: int) -> int:
@@ -275,7 +288,7 @@ def _tool_result(r: Any, i: int) -> int:
         or time.__class__ is not _int
         or d.__class__ is not _dict
     ):
-        return 0
+        return FAST_UNSURE
     turn = d["turn"]
     step = d["step"]
     if not (
@@ -285,25 +298,25 @@ def _tool_result(r: Any, i: int) -> int:
         and 0 <= turn <= _MAX
         and 0 <= step <= _MAX
     ):
-        return 0
+        return FAST_UNSURE
     message = d["message"]
     if not _frame_ok(message, "user"):
-        return 0
+        return FAST_UNSURE
     source = message["source"]
     call_id = source["callId"]
     content = message["content"]
     if source["kind"] != "tool" or call_id.__class__ is not _str or not call_id or len(content) != 1:
-        return 0
+        return FAST_UNSURE
     block = content[0]
     if block["type"] != "tool-result" or block["toolCallId"] != call_id or block["content"].__class__ is not _list:
-        return 0
+        return FAST_UNSURE
     if "isError" in block and block["isError"].__class__ is not bool:
-        return 0
+        return FAST_UNSURE
     if "error" in d:
         error = d["error"]
         if error.__class__ is not _dict or error["name"].__class__ is not _str or error["code"].__class__ is not _str:
-            return 0
-    return 2
+            return FAST_UNSURE
+    return FAST_SURFACE_APPEND
 
 
 _CHECKS: Final[dict[str, Callable[[Any, int], int]]] = {
@@ -321,6 +334,9 @@ _CHECKS: Final[dict[str, Callable[[Any, int], int]]] = {
     "assistant/message": _assistant_message,
     "tool/result": _tool_result,
 }
+
+FAST_CHECKED_TYPES: Final = frozenset(_CHECKS)
+"""The types the fast check can be certain of; a record of any other type is always `FAST_UNSURE`."""
 
 
 def fast_check(record: Any, index: int) -> int:

@@ -15,7 +15,6 @@ from typing import Final, Literal, NewType, Self
 
 import orjson
 
-from dsh._record import Record, set_fields
 from dsh.json import FrozenDict, JsonValue, is_json, is_safe_int
 from dsh.session.errors import SessionError
 
@@ -231,29 +230,16 @@ _WITNESS_FIELDS: Final = (
 )
 
 
-# Not a dataclass: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class HeaderInit(Record):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeaderInit:
     """Caller-supplied header fields for a new session; every field is optional (keywords only)."""
 
-    __slots__ = ("agent_preset", "created_at", "cwd", "delegation_depth", "origin", "parent_session")
-    created_at: int | None
-    cwd: str | None
-    parent_session: str | None
-    delegation_depth: int
-    origin: Origin | None
-    agent_preset: str | None
-
-    def __init__(
-        self,
-        *,
-        created_at: int | None = None,
-        cwd: str | None = None,
-        parent_session: str | None = None,
-        delegation_depth: int = 0,
-        origin: Origin | None = None,
-        agent_preset: str | None = None,
-    ) -> None:
-        set_fields(self, created_at, cwd, parent_session, delegation_depth, origin, agent_preset)
+    created_at: int | None = None
+    cwd: str | None = None
+    parent_session: str | None = None
+    delegation_depth: int = 0
+    origin: Origin | None = None
+    agent_preset: str | None = None
 
     def build(self, session_id: str, *, created_at: int, is_seeded: bool) -> SessionHeader:
         """Validate and build the logical header; raises `INVALID_HEADER`."""
@@ -281,3 +267,8 @@ class HeaderInit(Record):
             origin=self.origin,
             agent_preset=self.agent_preset,
         )
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+HeaderInit.__module__ = "dsh"
+SessionHeader.__module__ = "dsh"

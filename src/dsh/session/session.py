@@ -507,3 +507,9 @@ class Session:
             if problem is not None:
                 raise SessionError(problem, code="INVALID_EVENT", session_id=self.id)
         return op_json, seqs
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+Session.__module__ = "dsh"
+EventsView.__module__ = "dsh.session"
+SessionState.__module__ = "dsh.session"

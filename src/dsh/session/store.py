@@ -559,3 +559,7 @@ def _fork_end(session_id: str, events: Sequence[SessionEvent], boundary: object)
 
 async def _call_flush(fn: FlushListener, session: Session) -> None:
     await fn(session)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SessionStore.__module__ = "dsh"

@@ -14,12 +14,15 @@ from typing import Any, NamedTuple
 
 from dsh.json import FrozenDict
 
-__all__ = ["Surface", "SurfacePlan", "SurfaceView"]
+__all__ = ["Surface", "SurfaceView"]
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
 class SurfacePlan(NamedTuple):
-    """A validated surface change: replace positions `[lo, hi)` of the node list with `seq`."""
+    """A validated surface change: replace positions `[lo, hi)` of the node list with `seq`.
+
+    Internal to the session layer (built for every surface event a session appends or a read
+    validates, and never handed out), so it is the cheapest record to build, a tuple.
+    """
 
     lo: int
     hi: int

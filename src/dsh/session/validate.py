@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
-from dsh._record import Record, set_fields
 from dsh.session.events import KNOWN_EVENT_TYPES, data_problem, envelope_problem, legacy_problem
 from dsh.session.fastcheck import FAST_LOG_ONLY, FAST_SURFACE_APPEND, FAST_UNSURE, fast_check
-from dsh.session.stored import LineRecords
 from dsh.session.surface import Surface, SurfacePlan
 
 __all__ = ["LogProblem", "Refusal", "check_records", "first_refusal"]
@@ -24,31 +23,24 @@ _SURFACE_APPEND = re.compile(b"%c" % FAST_SURFACE_APPEND)
 ProblemKind = Literal["envelope", "seq", "legacy", "unknown", "data", "surface"]
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class LogProblem(Record):
+@dataclass(frozen=True, slots=True)
+class LogProblem:
     """The first defect of a log: where, which rule, and the rule's message."""
 
-    __slots__ = ("found_seq", "index", "kind", "message")
     index: int
     kind: ProblemKind
     message: str
-    found_seq: object
-
-    def __init__(self, index: int, kind: ProblemKind, message: str, found_seq: object = None) -> None:
-        set_fields(self, index, kind, message, found_seq)
+    found_seq: object = None
 
 
-class Refusal(Record):
+@dataclass(frozen=True, slots=True)
+class Refusal:
     """A reason an intact log cannot be interpreted by this build (format-unsupported)."""
 
-    __slots__ = ("event_type", "index", "kind", "message")
     index: int
     kind: Literal["unknown", "legacy"]
     event_type: str
     message: str
-
-    def __init__(self, index: int, kind: Literal["unknown", "legacy"], event_type: str, message: str) -> None:
-        set_fields(self, index, kind, event_type, message)
 
 
 def first_refusal(records: Sequence[Mapping[str, Any]]) -> Refusal | None:
@@ -73,16 +65,16 @@ def check_records(
     records: Sequence[Mapping[str, Any]],
     surface: Surface,
     *,
+    verdicts: bytes | bytearray | None = None,
     known_only: bool = True,
 ) -> LogProblem | None:
     """Validate `records` as a log from seq 0, folding `surface` as it goes.
 
-    On a problem the surface holds the fold of the valid prefix only.
+    `verdicts` are `fast_check` verdicts of `records` by position, when the caller has them (a
+    backend may take them while it reads); only the records they are unsure of are then judged
+    here. On a problem the surface holds the fold of the valid prefix only.
     """
-    # A file backend may hand over verdicts it took while scanning (`LineRecords`); records then
-    # stay unparsed here unless the full rules must judge them.
-    verdicts = records.verdicts if isinstance(records, LineRecords) else None
-    if verdicts is not None:
+    if verdicts is not None and len(verdicts) == len(records):
         return _check_scanned(records, verdicts, surface, known_only)
     nodes = surface.nodes
     for index in range(len(records)):
@@ -102,7 +94,7 @@ def check_records(
 
 
 def _check_scanned(
-    records: Sequence[Mapping[str, Any]], verdicts: bytearray, surface: Surface, known_only: bool
+    records: Sequence[Mapping[str, Any]], verdicts: bytes | bytearray, surface: Surface, known_only: bool
 ) -> LogProblem | None:
     """`check_records` over scanned verdicts: only positions the scan was unsure of are visited.
 

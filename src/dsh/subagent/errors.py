@@ -73,3 +73,7 @@ class SubagentDepthError(DshError):
         super().__init__(message)
         self.attempted_depth = attempted_depth
         self.max_depth = max_depth
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SubagentError.__module__ = "dsh"

@@ -27,10 +27,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
-from dsh._record import Record, set_fields
 from dsh.abort import AbortSignal
 from dsh.errors import ConfigError
 from dsh.query.records import SessionFilter
@@ -66,19 +66,21 @@ SUBAGENT_KEY: Final = "subagent"
 _KEYS: Final = (SUBAGENT_KEY,)
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
-class SubagentIdentity(Record):
-    """The value the `subagent` unit folds: mode, label and the seq of the descriptor behind it."""
+@dataclass(frozen=True, slots=True)
+class SubagentIdentity:
+    """The value the `subagent` unit folds: mode, label and the seq of the descriptor behind it.
 
-    __slots__ = ("label", "mode", "seq")
+    Raises:
+        ValueError: On construction, for a continuable identity without a label.
+    """
+
     mode: Literal["one-shot", "continuable"]
     seq: SessionSeq
-    label: str | None
+    label: str | None = None
 
-    def __init__(self, mode: Literal["one-shot", "continuable"], seq: SessionSeq, label: str | None = None) -> None:
-        if mode == "continuable" and label is None:
+    def __post_init__(self) -> None:
+        if self.mode == "continuable" and self.label is None:
             raise ValueError("a continuable identity requires a label")
-        set_fields(self, mode, seq, label)
 
     @classmethod
     def from_view(cls, value: object) -> SubagentIdentity:
@@ -153,7 +155,8 @@ class _Candidate:
         self.result: _Result | None = None
 
 
-class ListingReport(Record):
+@dataclass(frozen=True, slots=True)
+class ListingReport:
     """Per-row provenance of one listing call, for demos and diagnostics.
 
     Attributes:
@@ -165,13 +168,9 @@ class ListingReport(Record):
             (docs/catalog.md#enumeration); `dsh agents` prints the count on stderr.
     """
 
-    __slots__ = ("observations", "rungs", "unlisted")
     rungs: Mapping[SessionId, int]
     observations: int
-    unlisted: int
-
-    def __init__(self, rungs: Mapping[SessionId, int], observations: int, unlisted: int = 0) -> None:
-        set_fields(self, rungs, observations, unlisted)
+    unlisted: int = 0
 
 
 def _cancelled() -> SubagentError:

@@ -6,17 +6,17 @@ only that a child exists and why its identity cannot be shown (`corrupt`, `unava
 ones so wire frames stay interchangeable with the TypeScript harness. The records validate
 themselves on construction and `from_json` is strict (unknown keys, kinds, modes and reasons are
 refused), so a row that reaches a consumer always keeps the mode/label contract: a continuable child
-has a label, and a diagnostic row never carries descriptor content. Rows are `dsh._record.Record`s:
+has a label, and a diagnostic row never carries descriptor content. Rows are frozen dataclasses:
 immutable (assigning a field raises `dataclasses.FrozenInstanceError`), compared and hashed by
-value, and cheap to define at every start (docs/architecture.md#import-cost).
+value; `dataclasses.replace` checks the changed row again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias, cast
 
-from dsh._record import Record, set_fields
 from dsh.session.header import SessionId
 
 __all__ = [
@@ -61,7 +61,8 @@ def _refuse_unknown(data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
             raise ValueError(f'subagent row has unknown field "{key}"')
 
 
-class SubagentChildRow(Record):
+@dataclass(frozen=True, slots=True)
+class SubagentChildRow:
     """A child whose identity was computed: mode, label (required when continuable), activity.
 
     Raises:
@@ -69,37 +70,27 @@ class SubagentChildRow(Record):
             `has_children`, a label that is not a string, or a continuable row without a label.
     """
 
-    __slots__ = ("activity", "has_children", "id", "kind", "label", "mode")
     id: SessionId
     mode: Mode
     activity: Activity
     has_children: bool
-    label: str | None
-    kind: Literal["child"]
+    label: str | None = None
+    kind: Literal["child"] = "child"
 
-    def __init__(  # noqa: PLR0917  # every field may be given by position, in declaration order
-        self,
-        id: SessionId,
-        mode: Mode,
-        activity: Activity,
-        has_children: bool,
-        label: str | None = None,
-        kind: Literal["child"] = "child",
-    ) -> None:
-        _check_id(id, "subagent row id")
-        if kind != "child":
-            raise ValueError(f"a child row has kind 'child', got {kind!r}")
-        if mode not in _MODES:
-            raise ValueError(f"unknown subagent mode {mode!r}")
-        if activity not in _ACTIVITIES:
-            raise ValueError(f"unknown subagent activity {activity!r}")
-        if type(has_children) is not bool:
-            raise ValueError(f"subagent row has_children must be a bool, got {has_children!r}")
-        if label is not None and type(label) is not str:
-            raise ValueError(f"subagent row label must be a string, got {label!r}")
-        if mode == "continuable" and label is None:
+    def __post_init__(self) -> None:
+        _check_id(self.id, "subagent row id")
+        if self.kind != "child":
+            raise ValueError(f"a child row has kind 'child', got {self.kind!r}")
+        if self.mode not in _MODES:
+            raise ValueError(f"unknown subagent mode {self.mode!r}")
+        if self.activity not in _ACTIVITIES:
+            raise ValueError(f"unknown subagent activity {self.activity!r}")
+        if type(self.has_children) is not bool:
+            raise ValueError(f"subagent row has_children must be a bool, got {self.has_children!r}")
+        if self.label is not None and type(self.label) is not str:
+            raise ValueError(f"subagent row label must be a string, got {self.label!r}")
+        if self.mode == "continuable" and self.label is None:
             raise ValueError("a continuable child row requires a label")
-        set_fields(self, id, mode, activity, has_children, label, kind)
 
     def to_json(self) -> dict[str, object]:
         """`{kind, id, mode, label?, activity, hasChildren}` in that order; `label` left out when None."""
@@ -137,30 +128,24 @@ class SubagentChildRow(Record):
         return cls(SessionId(cast(str, row_id)), cast(Mode, mode), cast(Activity, activity), has_children, label=label)
 
 
-class SubagentDiagnosticRow(Record):
+@dataclass(frozen=True, slots=True)
+class SubagentDiagnosticRow:
     """A child that exists but whose identity cannot be shown; never exposes descriptor content.
 
     Raises:
         ValueError: On construction, for an empty id or an unknown reason.
     """
 
-    __slots__ = ("id", "kind", "reason")
     id: SessionId
     reason: DiagnosticReason
-    kind: Literal["diagnostic"]
+    kind: Literal["diagnostic"] = "diagnostic"
 
-    def __init__(
-        self,
-        id: SessionId,
-        reason: DiagnosticReason,
-        kind: Literal["diagnostic"] = "diagnostic",
-    ) -> None:
-        _check_id(id, "subagent row id")
-        if kind != "diagnostic":
-            raise ValueError(f"a diagnostic row has kind 'diagnostic', got {kind!r}")
-        if reason not in _REASONS:
-            raise ValueError(f"unknown diagnostic reason {reason!r}")
-        set_fields(self, id, reason, kind)
+    def __post_init__(self) -> None:
+        _check_id(self.id, "subagent row id")
+        if self.kind != "diagnostic":
+            raise ValueError(f"a diagnostic row has kind 'diagnostic', got {self.kind!r}")
+        if self.reason not in _REASONS:
+            raise ValueError(f"unknown diagnostic reason {self.reason!r}")
 
     def to_json(self) -> dict[str, object]:
         """`{kind, id, reason}`."""
@@ -205,7 +190,8 @@ def entry_from_json(data: Mapping[str, Any]) -> SubagentListEntry:
     raise ValueError(f"unknown subagent row kind {kind!r}")
 
 
-class SubagentDescendantEntry(Record):
+@dataclass(frozen=True, slots=True)
+class SubagentDescendantEntry:
     """A row of `list_descendants`: the entry, its durable direct parent, and its depth (children = 1).
 
     Raises:
@@ -213,18 +199,16 @@ class SubagentDescendantEntry(Record):
             depth that is not an int >= 1.
     """
 
-    __slots__ = ("depth", "entry", "parent_id")
     entry: SubagentListEntry
     parent_id: SessionId
     depth: int
 
-    def __init__(self, entry: SubagentListEntry, parent_id: SessionId, depth: int) -> None:
-        if not isinstance(entry, SubagentChildRow | SubagentDiagnosticRow):
-            raise ValueError(f"a descendant entry wraps a subagent row, got {type(entry).__name__}")
-        _check_id(parent_id, "descendant row parentId")
-        if type(depth) is not int or depth < 1:
-            raise ValueError(f"descendant row depth must be an integer >= 1, got {depth!r}")
-        set_fields(self, entry, parent_id, depth)
+    def __post_init__(self) -> None:
+        if not isinstance(self.entry, SubagentChildRow | SubagentDiagnosticRow):
+            raise ValueError(f"a descendant entry wraps a subagent row, got {type(self.entry).__name__}")
+        _check_id(self.parent_id, "descendant row parentId")
+        if type(self.depth) is not int or self.depth < 1:
+            raise ValueError(f"descendant row depth must be an integer >= 1, got {self.depth!r}")
 
     def to_json(self) -> dict[str, object]:
         """The entry's JSON plus `parentId` and `depth`, in that order."""
@@ -250,3 +234,9 @@ class SubagentDescendantEntry(Record):
         if type(depth) is not int or depth < 1:
             raise ValueError(f"descendant row depth must be an integer >= 1, got {depth!r}")
         return cls(entry_from_json(rest), SessionId(parent_id), depth)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SubagentChildRow.__module__ = "dsh"
+SubagentDescendantEntry.__module__ = "dsh"
+SubagentDiagnosticRow.__module__ = "dsh"

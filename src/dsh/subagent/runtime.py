@@ -459,3 +459,7 @@ class SubagentRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SubagentRuntime.__module__ = "dsh"

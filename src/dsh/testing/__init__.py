@@ -2,9 +2,11 @@
 
 Importable by users who build their own backends or agents: `ManualTimer` drives write-behind
 windows and throttles without a wall clock; `FaultyBackend` injects storage faults into any
-backend; the fixture writers store exact (also damaged) logs for memory, JSONL and SQLite;
-`CountingPersistence` counts log reads per session; `check_unit` checks a projection unit against
-its contract. The pytest conformance suite lives in `dsh.testing.persistence`.
+backend, and `io_fault` fails a backend's own write from the inside (after part of a batch, at its
+durability step, or in its rollback) by replacing a private write primitive for one block; the
+fixture writers store exact (also damaged) logs for memory, JSONL and SQLite; `CountingPersistence`
+counts log reads per session; `check_unit` checks a projection unit against its contract. The pytest
+conformance suite lives in `dsh.testing.persistence`.
 
 Importing this package needs only the runtime dependencies. What needs the `pydsh[testing]` extra
 (pytest, pytest-asyncio, hypothesis) is imported on first use: `check_unit` loads
@@ -14,7 +16,8 @@ Importing this package needs only the runtime dependencies. What needs the `pyds
 from typing import TYPE_CHECKING, Any
 
 from dsh.testing.counting import CountingPersistence
-from dsh.testing.faulty import FaultyBackend, IOFaultSeam
+from dsh.testing.faulty import FaultyBackend
+from dsh.testing.io_faults import IOFault, IOFaultInjector, IOFaultKind, IOFaultShot, io_fault, io_fault_injector
 from dsh.testing.jsonl_writer import JsonlLogWriter
 from dsh.testing.sqlite_writer import RawText, SqliteLoopGuard, SqliteStoredLogWriter
 from dsh.testing.stored_logs import ConformanceTarget, MemoryStoredLogWriter, StoredLogWriter, write_stored_log
@@ -27,7 +30,10 @@ __all__ = [
     "ConformanceTarget",
     "CountingPersistence",
     "FaultyBackend",
-    "IOFaultSeam",
+    "IOFault",
+    "IOFaultInjector",
+    "IOFaultKind",
+    "IOFaultShot",
     "JsonlLogWriter",
     "ManualTimer",
     "MemoryStoredLogWriter",
@@ -36,6 +42,8 @@ __all__ = [
     "SqliteStoredLogWriter",
     "StoredLogWriter",
     "check_unit",
+    "io_fault",
+    "io_fault_injector",
     "write_stored_log",
 ]
 

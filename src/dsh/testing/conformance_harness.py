@@ -99,7 +99,9 @@ class ConformanceHarness:
         """Open a coordinator over a new backend instance (wrapped in a `FaultyBackend`)."""
         if store is not None:
             self.store = store
-        backend = FaultyBackend(self.target.make_backend(), clock=lambda: self.timer.now_ms)
+        backend = FaultyBackend(
+            self.target.make_backend(), clock=lambda: self.timer.now_ms, io_faults=self.target.io_faults
+        )
         coordinator = PersistenceCoordinator(backend, self.store, timer=self.timer, **options)
         await coordinator.open()
         self._opened.append((self.store, coordinator, backend))

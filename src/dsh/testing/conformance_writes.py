@@ -34,7 +34,6 @@ from dsh.testing.conformance_harness import (
     eventually,
     note_records,
 )
-from dsh.testing.faulty import IOFaultSeam
 from dsh.testing.stored_logs import (
     BASE_TIME_MS,
     append_closed_turn,
@@ -78,7 +77,7 @@ class WriteConformance:
         append_closed_turn(session, 1)
         await harness.store.flush(session)
         append_closed_turn(session, 2)
-        if isinstance(harness.backend.inner, IOFaultSeam):
+        if harness.backend.has_io_faults:
             harness.backend.fail_next_append(partial=True)
         else:
             harness.backend.fail_next_append()

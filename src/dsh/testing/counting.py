@@ -99,3 +99,7 @@ class CountingPersistence:
     async def close(self) -> None:
         """Delegate."""
         await self.inner.close()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+CountingPersistence.__module__ = "dsh.testing"

@@ -277,8 +277,13 @@ def fake_usage(
     reasoning: int | None = None,
     cache_field: Literal["openai", "deepseek"] = "openai",
 ) -> dict[str, Any]:
-    """A raw `usage` object; `cached` goes to `prompt_tokens_details.cached_tokens` (OpenAI) or
-    `prompt_cache_hit_tokens` (DeepSeek), `reasoning` to `completion_tokens_details.reasoning_tokens`."""
+    """A raw `usage` object, with cache hits counted inside `prompt_tokens` as both providers do.
+
+    `cached` goes to `prompt_tokens_details.cached_tokens` (OpenAI), or for DeepSeek to
+    `prompt_cache_hit_tokens`, with the rest of the prompt in `prompt_cache_miss_tokens` and the
+    hits repeated in `prompt_tokens_details.cached_tokens` (DeepSeek sends both spellings);
+    `reasoning` goes to `completion_tokens_details.reasoning_tokens`.
+    """
     usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -288,6 +293,7 @@ def fake_usage(
         if cache_field == "deepseek":
             usage["prompt_cache_hit_tokens"] = cached
             usage["prompt_cache_miss_tokens"] = prompt_tokens - cached
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         else:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
     if reasoning is not None:

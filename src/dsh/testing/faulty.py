@@ -4,10 +4,9 @@ Layer: testing (shipped). It wraps any backend and forwards every call, so a con
 make the next append fail, fail every call until cleared, fail once a number of events went
 through, hold a call at a gate until the test releases it, and count or time what reached the
 backend. Faults *inside* a backend's write (after part of a batch was written, or at its
-durability step) need the backend's cooperation: a backend that supports them offers the
-`IOFaultSeam` protocol (the memory, JSONL, SQLite and PostgreSQL backends all do, with one shared
-fault hook),
-and the backend must still leave the batch all-or-nothing (it rolls back). The wrapper declares and
+durability step) are installed for the one forwarded write by an `IOFaultInjector`
+(`dsh.testing.io_faults`: the shipped backends have theirs, another backend passes its own), and the
+backend must still leave the batch all-or-nothing (it rolls back). The wrapper declares and
 implements exactly what the wrapped backend does: over a backend with `TYPED_READS` it is a
 `TypedFaultyBackend`, which also forwards `load_typed`; over any other backend it has no
 `load_typed` at all.
@@ -16,16 +15,19 @@ implements exactly what the wrapped backend does: over a backend with `TYPED_REA
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final
 
 from dsh.json import FrozenDict
 from dsh.persistence.base import (
     Capability,
     DamagedSession,
     Fence,
+    HeaderRow,
     Revision,
     StorageBackend,
     StoredLog,
@@ -34,29 +36,12 @@ from dsh.persistence.base import (
 )
 from dsh.persistence.errors import PersistenceIOError
 from dsh.session.events import SessionEvent
+from dsh.testing.io_faults import IOFault, IOFaultInjector, IOFaultKind, IOFaultShot, io_fault_injector
 
-__all__ = ["HANG_GUARD_S", "AppendRecord", "FaultyBackend", "IOFaultKind", "IOFaultSeam", "TypedFaultyBackend"]
+__all__ = ["HANG_GUARD_S", "AppendRecord", "FaultyBackend", "TypedFaultyBackend"]
 
 HANG_GUARD_S: Final = 30.0
 """How long a wait helper waits before failing: a guard against hangs, never a timing assertion."""
-
-IOFaultKind = Literal["partial-write", "sync", "rollback"]
-"""Where an in-backend fault strikes during the next `append_batch` or `commit_repair`.
-
-* `partial-write`: after part of the batch's data was written; the backend rolls back, then raises.
-* `sync`: at the durability step (fsync, commit) after everything was written; rolled back, raised.
-* `rollback`: like `partial-write`, and the rollback itself fails (the backend reports that, e.g. a
-  `PersistenceIOError` naming the artifact in `location`). Backends that cannot fail a rollback
-  treat it as `partial-write`.
-"""
-
-
-@runtime_checkable
-class IOFaultSeam(Protocol):
-    """A backend that can fail its own next write from the inside (test support)."""
-
-    def arm_io_fault(self, kind: IOFaultKind, error: BaseException) -> None:
-        """Make the next `append_batch` or `commit_repair` fail at `kind`, raising `error`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +84,33 @@ class FaultyBackend:
     Args:
         inner: The backend to wrap.
         clock: Read at each successful append for `appends[i].at` (e.g. `ManualTimer.now_ms`).
+        io_faults: How to fail `inner`'s writes from the inside (default: the shipped backend's
+            injector, `dsh.testing.io_faults`); without one, only faults before the call exist.
 
     Attributes:
         calls: How many times each method was called (faulted calls included).
         appends: The successful `append_batch` calls, in order.
     """
 
-    def __new__(cls, inner: StorageBackend, *, clock: Callable[[], int] | None = None) -> FaultyBackend:
+    def __new__(
+        cls,
+        inner: StorageBackend,
+        *,
+        clock: Callable[[], int] | None = None,
+        io_faults: IOFaultInjector | None = None,
+    ) -> FaultyBackend:
         """Pick the class that matches `inner`: `TypedFaultyBackend` when it has typed reads."""
         if cls is FaultyBackend and typed_reads_of(inner) is not None:
             return super().__new__(TypedFaultyBackend)
         return super().__new__(cls)
 
-    def __init__(self, inner: StorageBackend, *, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        inner: StorageBackend,
+        *,
+        clock: Callable[[], int] | None = None,
+        io_faults: IOFaultInjector | None = None,
+    ) -> None:
         self.inner = inner
         self.name: str = inner.name
         self.capabilities: frozenset[Capability] = inner.capabilities
@@ -124,6 +123,8 @@ class FaultyBackend:
         self._events_through = 0
         self._gates: dict[str, _Gate] = {}
         self._changed = asyncio.Condition()
+        self._injector = io_faults if io_faults is not None else io_fault_injector(inner)
+        self._in_backend: IOFault | None = None
 
     # ---------------------------------------------------------------- fault control
 
@@ -131,32 +132,47 @@ class FaultyBackend:
         """Make the next call of `method` raise `error` before reaching the inner backend."""
         self._next.setdefault(method, []).append(error if error is not None else _injected(method))
 
+    @property
+    def has_io_faults(self) -> bool:
+        """Whether faults inside the wrapped backend's writes can be armed (it has an `IOFaultInjector`)."""
+        return self._injector is not None
+
     def fail_next_append(self, error: BaseException | None = None, *, partial: bool = False) -> None:
         """Fail the next append: before anything is written, or (`partial`) after part of it was.
 
-        A partial fault needs an inner backend offering `IOFaultSeam`; the batch stays
+        A partial fault needs an `IOFaultInjector` for the inner backend; the batch stays
         all-or-nothing because the backend rolls back before raising.
 
         Raises:
-            TypeError: `partial` was asked of a backend without an `IOFaultSeam`.
+            TypeError: `partial` was asked over a backend without an injector.
         """
         if partial:
-            self._arm_seam("partial-write", error)
+            self._arm_in_backend("partial-write", error)
         else:
             self.fail_next("append_batch", error)
 
     def fail_next_sync(self, error: BaseException | None = None) -> None:
-        """Fail the next append at its durability step (fsync or commit); needs an `IOFaultSeam`."""
-        self._arm_seam("sync", error)
+        """Fail the next append at its durability step (fsync or commit); needs an `IOFaultInjector`."""
+        self._arm_in_backend("sync", error)
 
     def fail_next_rollback(self, error: BaseException | None = None) -> None:
-        """Fail the next append part-way and make its rollback fail too; needs an `IOFaultSeam`."""
-        self._arm_seam("rollback", error)
+        """Fail the next append part-way and make its rollback fail too; needs an `IOFaultInjector`."""
+        self._arm_in_backend("rollback", error)
 
-    def _arm_seam(self, kind: IOFaultKind, error: BaseException | None) -> None:
-        if not isinstance(self.inner, IOFaultSeam):
-            raise TypeError(f"backend {self.inner.name!r} offers no IOFaultSeam; in-backend faults need one")
-        self.inner.arm_io_fault(kind, error if error is not None else _injected(kind))
+    def _arm_in_backend(self, kind: IOFaultKind, error: BaseException | None) -> None:
+        """Arm a fault for the next `append_batch` or `commit_repair` forwarded (replacing one not yet used)."""
+        if self._injector is None:
+            raise TypeError(
+                f"backend {self.inner.name!r} has no in-backend fault injector; pass io_faults= to FaultyBackend"
+            )
+        self._in_backend = IOFault(kind, error if error is not None else _injected(kind))
+
+    def _in_backend_fault(self) -> AbstractContextManager[object]:
+        """The armed in-backend fault, installed in the inner backend for the one call about to be forwarded."""
+        fault, self._in_backend = self._in_backend, None
+        if fault is None or self._injector is None:
+            return contextlib.nullcontext()
+        return self._injector(self.inner, IOFaultShot(fault))
 
     def fail_after_events(self, count: int, error: BaseException | None = None) -> None:
         """Let `count` more events through `append_batch`; the batch that would exceed them fails once.
@@ -170,10 +186,11 @@ class FaultyBackend:
         self._always[method] = error if error is not None else _injected(method)
 
     def clear(self) -> None:
-        """Remove every pending and permanent fault (gates stay as they are)."""
+        """Remove every pending and permanent fault, in-backend ones too (gates stay as they are)."""
         self._next.clear()
         self._always.clear()
         self._after_events = None
+        self._in_backend = None
 
     def hold_calls(self, method: str) -> None:
         """Close a gate: calls of `method` wait (after being counted) until `release_calls(method)`."""
@@ -229,7 +246,7 @@ class FaultyBackend:
 
     async def list_headers(
         self, *, parents: frozenset[str | None] | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Forward `list_headers`."""
         await self._enter("list_headers")
         return await self.inner.list_headers(parents=parents)
@@ -260,7 +277,8 @@ class FaultyBackend:
                 self._after_events = None
                 raise error
         at = self._clock() if self._clock is not None else None
-        revision = await self.inner.append_batch(header, events, materialized=materialized, fence=fence)
+        with self._in_backend_fault():
+            revision = await self.inner.append_batch(header, events, materialized=materialized, fence=fence)
         self._events_through += len(events)
         session_id = str(header["id"])
         first = events[0].seq if events else -1
@@ -271,9 +289,10 @@ class FaultyBackend:
     async def commit_repair(
         self, header: FrozenDict, torn: TornMarker | None, closers: Sequence[SessionEvent], *, fence: Fence | None
     ) -> Revision:
-        """Forward `commit_repair`."""
+        """Forward `commit_repair` (with the armed in-backend fault, if any)."""
         await self._enter("commit_repair")
-        return await self.inner.commit_repair(header, torn, closers, fence=fence)
+        with self._in_backend_fault():
+            return await self.inner.commit_repair(header, torn, closers, fence=fence)
 
     async def acquire(self, session_id: str) -> Fence | None:
         """Forward `acquire`."""
@@ -316,3 +335,7 @@ class TypedFaultyBackend(FaultyBackend):
         typed = typed_reads_of(self.inner)
         assert typed is not None, "a TypedFaultyBackend wraps a backend with typed reads"
         return await typed.load_typed(session_id, types, from_seq, known)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+FaultyBackend.__module__ = "dsh.testing"

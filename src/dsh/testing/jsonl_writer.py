@@ -378,3 +378,7 @@ def _append(path: str, data: bytes) -> None:
 
 def _truncate(path: str, size: int) -> None:
     os.truncate(path, size)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+JsonlLogWriter.__module__ = "dsh.testing"

@@ -10,7 +10,12 @@ own schema that is dropped afterwards:
 * `ThrowawaySchemas` hands out unique schema names and drops them all at the end of a test;
 * `PostgresStoredLogWriter` is the `StoredLogWriter` of the PostgreSQL backend: with its own
   connection it writes `sessions` and `events` rows directly, with no validation, so a test can
-  build exactly the state it needs (a seq gap, a row whose `data` is not JSON, a foreign version).
+  build exactly the state it needs (a seq gap, a row whose `data` is not JSON, a foreign version);
+* `lost_acknowledgements` and `held_appends` reach what only a networked store meets: an append that
+  commits and then loses its connection before the answer, and an append transaction held open
+  while it has the lease row. Like `dsh.testing.io_faults`, they replace one private step of one
+  backend instance for a `with` block (the append transaction, and the fence check that locks the
+  lease row); the backend itself has no test methods.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import contextlib
 import functools
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -34,12 +39,23 @@ from dsh.persistence.postgres import (
     quoted,
 )
 from dsh.persistence.sqlite import header_columns
+from dsh.testing.io_faults import replaced
 from dsh.testing.sqlite_writer import event_row, next_seq
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
 
-__all__ = ["TEST_URL_VARIABLE", "PostgresStoredLogWriter", "ThrowawaySchemas", "postgres_test_url"]
+    from dsh.persistence.postgres import PostgresBackend
+
+__all__ = [
+    "TEST_URL_VARIABLE",
+    "LostAcknowledgements",
+    "PostgresStoredLogWriter",
+    "ThrowawaySchemas",
+    "held_appends",
+    "lost_acknowledgements",
+    "postgres_test_url",
+]
 
 TEST_URL_VARIABLE: Final = "DSH_TEST_POSTGRES_URL"
 """The environment variable naming the PostgreSQL server tests may use."""
@@ -245,3 +261,68 @@ class PostgresStoredLogWriter:
         async with self._transaction() as conn:
             cursor = await conn.execute(self._sql(sql), tuple(parameters))
             return [tuple(row) for row in await cursor.fetchall()] if cursor.description else []
+
+
+# --------------------------------------------------------------------------------------------------
+# Connection faults of one backend instance, for the length of a `with` block
+
+
+class LostAcknowledgements:
+    """The acknowledgements `lost_acknowledgements` still has to drop, and how many it dropped.
+
+    Attributes:
+        remaining: Appends that will still commit and then lose their connection.
+        lost: Appends that did (each was then retried on another connection).
+    """
+
+    def __init__(self, count: int) -> None:
+        self.remaining = count
+        self.lost = 0
+
+
+@contextlib.contextmanager
+def lost_acknowledgements(backend: PostgresBackend, count: int = 1) -> Iterator[LostAcknowledgements]:
+    """While the block runs, the next `count` append transactions of `backend` commit, then lose their connection.
+
+    The connection is closed after `COMMIT` and before the backend hears the answer, as when a
+    network drops it; the backend retries the append on another connection, where it must recognise
+    the committed batch (docs/storage-format.md#postgresql-connections-and-retries).
+    """
+    dropped = LostAcknowledgements(count)
+    psycopg = load_driver().psycopg
+
+    def make(append: Callable[..., Awaitable[tuple[str, int]]]) -> Callable[..., Awaitable[tuple[str, int]]]:
+        async def committed_then_dropped(conn: AsyncConnection[Any], batch: Any, *, retry: bool) -> tuple[str, int]:
+            stored = await append(conn, batch, retry=retry)
+            if dropped.remaining > 0:
+                dropped.remaining -= 1
+                dropped.lost += 1
+                await conn.close()
+                raise psycopg.OperationalError("injected: the connection dropped after COMMIT")
+            return stored
+
+        return committed_then_dropped
+
+    with replaced(backend._writes, "append", make):  # noqa: SLF001 - the append transaction tests replace
+        yield dropped
+
+
+@contextlib.contextmanager
+def held_appends(backend: PostgresBackend, hook: Callable[[str], Awaitable[object]]) -> Iterator[None]:
+    """While the block runs, every append of `backend` awaits `hook(session_id)` inside its transaction.
+
+    The hook runs right after the transaction locked the session's lease row and checked the fence,
+    so while it waits a takeover of that session waits for the row lock, and appends of other
+    sessions go on. Leaving the block lets later appends through; one already waiting in the hook
+    continues when the hook returns.
+    """
+
+    def make(check: Callable[[Any, Any], Awaitable[None]]) -> Callable[[Any, Any], Awaitable[None]]:
+        async def checked_then_held(conn: AsyncConnection[Any], fence: Any) -> None:
+            await check(conn, fence)
+            await hook(fence.session_id)
+
+        return checked_then_held
+
+    with replaced(backend._leases, "check_fence", make):  # noqa: SLF001 - the step that locks the lease row
+        yield

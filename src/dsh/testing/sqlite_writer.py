@@ -276,3 +276,9 @@ class SqliteLoopGuard:
             raise AssertionError(
                 f"{len(self.violations)} sqlite3 call(s) ran on the event loop:\n" + "\n".join(self.violations)
             )
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+RawText.__module__ = "dsh.testing"
+SqliteLoopGuard.__module__ = "dsh.testing"
+SqliteStoredLogWriter.__module__ = "dsh.testing"

@@ -24,6 +24,7 @@ from dsh.persistence.memory import MemoryStorage, StoredSession
 from dsh.session.header import HeaderInit
 from dsh.session.session import Session
 from dsh.session.store import SessionStore
+from dsh.testing.io_faults import IOFaultInjector
 
 __all__ = [
     "BASE_TIME_MS",
@@ -82,12 +83,15 @@ class ConformanceTarget:
         name: A short label for messages (`memory`, `jsonl-zstd`, `sqlite` ...).
         independent: Optional: builds a target over a *separate*, empty storage (used to prove that
             two stores with identical content never share a revision).
+        io_faults: Optional: how to fail the backend's writes from the inside (`dsh.testing.io_faults`);
+            the shipped backends need none, and without one the suite fails writes before the call.
     """
 
     make_backend: Callable[[], StorageBackend]
     writer: StoredLogWriter
     name: str
     independent: Callable[[], ConformanceTarget] | None = None
+    io_faults: IOFaultInjector | None = None
 
 
 # ---------------------------------------------------------------- encoding
@@ -262,3 +266,9 @@ def append_every_core_type(session: Session) -> None:
     descriptor = {"version": 2, "mode": "one-shot", "provider": "scripted", "label": "worker"}
     session.append("subagent/descriptor", descriptor)
     session.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ConformanceTarget.__module__ = "dsh.testing"
+MemoryStoredLogWriter.__module__ = "dsh.testing"
+StoredLogWriter.__module__ = "dsh.testing"

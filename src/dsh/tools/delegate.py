@@ -213,3 +213,8 @@ async def _result_or_abort(result: Awaitable[SubagentResult], ctx: ToolContext) 
         # The result future stays with the run, which `dispose()` settles; only stop waiting here.
         ctx.signal.throw_if_aborted()
     return pending.result()
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+AgentTool.__module__ = "dsh.tools"
+SubagentStoppedError.__module__ = "dsh.tools"

@@ -337,3 +337,9 @@ class InterruptAgentTool:
     def render(self, args: Any, output: object) -> list[dict[str, Any]]:
         """`interrupt requested for agent <id>`."""
         return [text(f"interrupt requested for agent {cast(InterruptAgentArgs, args).agent_id}")]
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+InterruptAgentTool.__module__ = "dsh.tools"
+ListAgentsTool.__module__ = "dsh.tools"
+SendMessageTool.__module__ = "dsh.tools"

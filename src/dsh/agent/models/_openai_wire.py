@@ -338,13 +338,28 @@ def _count(value: object, name: str) -> int | None:
 
 
 def _usage(usage: object) -> Usage:
+    """The provider's usage in disjoint counts (docs/agent.md#token-usage).
+
+    Both DeepSeek and OpenAI count cache hits inside `prompt_tokens`. DeepSeek names them
+    `prompt_cache_hit_tokens` and the rest `prompt_cache_miss_tokens`; OpenAI names them
+    `prompt_tokens_details.cached_tokens`. The uncached input is DeepSeek's miss count when it is
+    given, otherwise `prompt_tokens` minus the hits.
+    """
     prompt = _count(usage, "prompt_tokens")
     completion = _count(usage, "completion_tokens")
-    # DeepSeek reports cache hits as `prompt_cache_hit_tokens`; OpenAI as `prompt_tokens_details.cached_tokens`.
     cached = _count(usage, "prompt_cache_hit_tokens")
     if cached is None:
         details = _field(usage, "prompt_tokens_details")
         cached = _count(details, "cached_tokens") if details is not None else None
     completion_details = _field(usage, "completion_tokens_details")
     reasoning = _count(completion_details, "reasoning_tokens") if completion_details is not None else None
-    return Usage(prompt or 0, completion or 0, cached, reasoning)
+    uncached = _count(usage, "prompt_cache_miss_tokens")
+    if uncached is None:
+        uncached = prompt or 0
+        if cached is not None:
+            if cached > uncached:
+                raise MalformedStreamError(
+                    f"usage counts {cached} cached prompt tokens but only {uncached} prompt tokens"
+                )
+            uncached -= cached
+    return Usage(uncached, completion or 0, cached, None, reasoning)

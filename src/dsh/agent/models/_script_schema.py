@@ -65,12 +65,25 @@ class ScriptToolCall(_Strict):
 
 
 class ScriptUsage(_Strict):
-    """The token usage a response reports."""
+    """The token usage a response reports, in disjoint counts (docs/agent.md#token-usage)."""
 
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
-    cached_input_tokens: int | None = Field(default=None, ge=0)
+    cache_read_tokens: int | None = Field(default=None, ge=0)
+    cache_write_tokens: int | None = Field(default=None, ge=0)
     reasoning_tokens: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inclusive_cache_count(cls, value: Any) -> Any:
+        # The older spelling counted cached input inside `inputTokens`; guessing which one a script
+        # means would skew every total, so it is refused with the replacement.
+        if isinstance(value, dict) and "cachedInputTokens" in value:
+            raise ValueError(
+                "cachedInputTokens is no longer a usage field: give cached input as cacheReadTokens "
+                "and only the uncached input as inputTokens"
+            )
+        return value
 
 
 class ScriptError(_Strict):
@@ -149,3 +162,7 @@ def validation_message(error: ValidationError, *, limit: int = 5) -> str:
     if more > 0:
         items.append(f"and {more} more")
     return "; ".join(items)
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ModelScript.__module__ = "dsh.agent.models"

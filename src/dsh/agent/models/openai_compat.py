@@ -434,3 +434,8 @@ def _retry_after_ms(headers: Any) -> int | None:
         if found >= 0 and found != float("inf"):
             return round(found)
     return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+OpenAICompatibleClient.__module__ = "dsh.agent.models"
+ResolvedModelSettings.__module__ = "dsh.agent.models"

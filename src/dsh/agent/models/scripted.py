@@ -248,7 +248,8 @@ class ScriptedModelClient:
             usage = Usage(
                 response.usage.input_tokens,
                 response.usage.output_tokens,
-                response.usage.cached_input_tokens,
+                response.usage.cache_read_tokens,
+                response.usage.cache_write_tokens,
                 response.usage.reasoning_tokens,
             )
         error = None
@@ -484,3 +485,7 @@ def _parse_yaml(raw: str, path: Path) -> object:
         return yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise ModelError(f"invalid script {path}: not valid YAML: {e}", code="SCRIPT_INVALID") from e
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+ScriptedModelClient.__module__ = "dsh.agent.models"

@@ -3,9 +3,10 @@
 Layer: persistence. `JsonlBackend` stores one append-only file per session, zstd frames or plain
 lines (docs/storage-format.md#jsonl-layout). Its modules are private: `_backend` (the backend),
 `_files` (blocking file primitives: stable reads, revisions, durable writes), `_format` (the
-pure codec: layout, encoding, the scanner and its torn-tail rules), `_open_logs` (the write
-descriptors kept open between batches) and `_packed` (the packed chunk rows the TypeScript harness
-writes, checked and expanded on read). The names re-exported here are
+pure codec: layout, encoding, the header record), `_scan` (the scan of the event region: parsed
+records, fast verdicts and the torn-tail rule), `_open_logs` (the write descriptors kept open between
+batches) and `_packed` (the packed chunk rows the TypeScript harness writes, checked and expanded on
+read). The names re-exported here are
 the documented surface for fixture writers, benchmarks and tools that lay out or encode logs
 exactly as the backend does:
 

@@ -2,7 +2,8 @@
 
 Layer: persistence (private to `dsh.persistence.jsonl`). `JsonlBackend` implements the
 `StorageBackend` hooks over a directory tree (docs/storage-format.md#jsonl-layout):
-`<root>/<project key>/<encoded id>/session.jsonl.zstd` (or `session.jsonl`). The pure codec
+`<root>/<project key>/<encoded id>/session.jsonl.zstd` or `session.jsonl`, each log read and
+appended to in the encoding its file name says, new logs written in the configured one. The pure codec
 (layout, encoding, framing, the scanner and its torn/corruption rules) lives in `_format`, the
 blocking file primitives in `_files`; this module owns the backend: stable reads, durable
 materialization (temp file + `fsync` + `os.link`), appends with rollback, repairs, the listing
@@ -26,7 +27,6 @@ import zstandard
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict, adopt
-from dsh.persistence._faults import IOFaultSlot
 from dsh.persistence._locks import WriterLocks, writer_active
 from dsh.persistence._workers import WriterThreads
 from dsh.persistence.base import (
@@ -50,6 +50,7 @@ from dsh.persistence.errors import (
     StoreMisconfiguredError,
 )
 from dsh.persistence.jsonl._files import (
+    LOG_NAMES,
     TAIL_BYTES,
     Opener,
     append_durably,
@@ -60,6 +61,8 @@ from dsh.persistence.jsonl._files import (
     flat_legacy_error,
     keep_torn_copy,
     link_new_file,
+    log_compression,
+    log_in,
     path_exists,
     project_dirs,
     raw_open,
@@ -68,7 +71,8 @@ from dsh.persistence.jsonl._files import (
     regular_stat,
     remove_stale,
     revision_of,
-    wrong_encoding_error,
+    truncate_durably,
+    write_and_sync,
 )
 from dsh.persistence.jsonl._format import (
     Compression,
@@ -80,12 +84,12 @@ from dsh.persistence.jsonl._format import (
     encode_batch,
     encode_header,
     relative_path,
-    scan_events,
     split_head,
 )
 from dsh.persistence.jsonl._index import IndexFiles
 from dsh.persistence.jsonl._listing import FolderReader, StoreListing
 from dsh.persistence.jsonl._open_logs import OpenLog, OpenLogs
+from dsh.persistence.jsonl._scan import scan_events
 from dsh.session.ids import encode_segment
 
 __all__ = ["JsonlBackend"]
@@ -101,7 +105,8 @@ _WRITER_THREADS: Final = 4
 _CACHE_LIMIT: Final = 4096
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class _Tail(NamedTuple):
     """What this instance knows about a log it read or wrote, valid while `revision` is current.
 
@@ -128,13 +133,17 @@ class JsonlBackend:
     """JSONL session logs under one root directory; declares `ARTIFACT_PATHS` and `EAGER_APPENDS`.
 
     Without `TYPED_READS` it has no `load_typed`: a log is one file read whole, so the coordinator
-    answers a typed `read_events` with a full `load` and filters it. It offers the
-    `dsh.testing.IOFaultSeam` (`arm_io_fault`).
+    answers a typed `read_events` with a full `load` and filters it. Every durable write goes through
+    two private primitives, `_write_and_sync` (write + fsync) and `_truncate_durably` (the rollback of
+    a failed append), which tests replace on one instance to fail a write from the inside
+    (`dsh.testing.io_faults`).
 
     Args:
         root: The store directory (default in the runtime: `$DSH_HOME/sessions`); made absolute once.
-        compression: `"zstd"` (default: one checksummed frame per durable batch) or `"none"` (plain
-            `.jsonl`). One root holds one encoding; the other encoding's artifacts are refused.
+        compression: The encoding of the logs this backend creates: `"zstd"` (default, one
+            checksummed frame per durable batch, `session.jsonl.zstd`) or `"none"` (plain lines,
+            `session.jsonl`). An existing log is read and appended to in its own encoding, taken
+            from its file name, so one root may hold both.
         zstd_level: The zstd compression level (1..22).
         opener: Replaces `open(path, "rb")` for every read, e.g. to count the bytes read.
         read_only: Never write: `open` sweeps no temp files, and every write, repair and writer
@@ -171,12 +180,10 @@ class JsonlBackend:
         self.capabilities: frozenset[Capability] = _CAPABILITIES
         self._root = str(self.root)
         self._opener: Opener = opener if opener is not None else raw_open
-        self._artifact = artifact_name(compression)
-        self._opposite = artifact_name("none" if compression == "zstd" else "zstd")
         self._locks = WriterLocks(Path(self._root + ".locks"))
         self._listing = StoreListing(
             self._root,
-            FolderReader(self._opener, compression),
+            FolderReader(self._opener),
             IndexFiles(self._root + ".index", writable=not read_only),
         )
         self._mutex = threading.Lock()
@@ -187,7 +194,6 @@ class JsonlBackend:
         self._open_logs = OpenLogs()
         self._writers = WriterThreads("dsh-jsonl-writer", _WRITER_THREADS)
         self._local = threading.local()
-        self._faults = IOFaultSlot()
         self._closed = False
         self.read_only = read_only
 
@@ -221,9 +227,9 @@ class JsonlBackend:
             self._local.compressor = compressor
         return compressor
 
-    def _frame(self, text: bytes) -> bytes:
+    def _frame(self, text: bytes, compression: Compression) -> bytes:
         """Zstd: one independent, checksummed frame; raw: the text itself."""
-        return self._compressor().compress(text) if self.compression == "zstd" else text
+        return self._compressor().compress(text) if compression == "zstd" else text
 
     def _relative(self, path: str) -> str:
         """`path` relative to the root, `/`-separated (the artifact paths this backend builds are below it)."""
@@ -273,8 +279,6 @@ class JsonlBackend:
             names = os.listdir(directory)
         except OSError:
             return
-        if self._opposite in names:
-            raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
         stale = [name for name in names if _TEMP_NAME.match(name)]
         if self.read_only:
             return
@@ -301,19 +305,29 @@ class JsonlBackend:
     # ---------------------------------------------------------------- lookup
 
     def locate(self, header: Mapping[str, Any]) -> str | None:
-        """The artifact path a header names (id + cwd), without I/O; None for an unusable header."""
+        """The artifact path a header names (id + cwd), without I/O; None for an unusable header.
+
+        The log this instance last found or wrote for the id when it is in the folder the header
+        names (it may be of either encoding); otherwise the path a new log gets.
+        """
         session_id = header.get("id")
         cwd = header.get("cwd")
         if type(session_id) is not str or not session_id or (cwd is not None and type(cwd) is not str):
             return None
-        return os.path.join(self._root, relative_path(session_id, cwd, self.compression))
+        path = os.path.join(self._root, relative_path(session_id, cwd, self.compression))
+        with self._mutex:
+            known = self._paths.get(session_id)
+        if known is not None and os.path.dirname(known) == os.path.dirname(path):
+            return known
+        return path
 
     def _find(self, session_id: str) -> str | None:
         """The artifact of `session_id`: the cached path if it still exists, else a probe of every project.
 
         Raises:
-            StoreMisconfiguredError: The id's artifact uses the other encoding or the flat layout.
-            SessionCorruptionError: The id exists in several project directories.
+            StoreMisconfiguredError: The id's artifact uses the flat layout.
+            SessionCorruptionError: The id exists in several project directories, or its session
+                folder holds a log of each encoding.
         """
         with self._mutex:
             cached = self._paths.get(session_id)
@@ -326,14 +340,13 @@ class JsonlBackend:
         found: list[str] = []
         for project in self._project_dirs():
             directory = os.path.join(project, segment)
-            candidate = os.path.join(directory, self._artifact)
             try:
-                # Anything at the artifact path is stored, even when it cannot be read: a directory
-                # or a FIFO there is refused by the read (never opened), not reported as "not found".
-                if path_exists(candidate):
+                # Anything at a log's path is stored, even when it cannot be read: a directory or a
+                # FIFO there is refused by the read (never opened), not reported as "not found".
+                present = [name for name in LOG_NAMES if path_exists(os.path.join(directory, name))]
+                candidate = log_in(directory, present, session_id)
+                if candidate is not None:
                     found.append(candidate)
-                elif path_exists(os.path.join(directory, self._opposite)):
-                    raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
                 check_flat(project, segment)
             except PermissionError:
                 # An unreadable project folder hides nothing else: the listing reports it as damaged.
@@ -383,26 +396,29 @@ class JsonlBackend:
         """Read and scan one artifact; also returns (and remembers) what the next write needs."""
         data, st = read_stable(self._opener, path)
         ctx = LogContext(session_id, path)
-        head = split_head(data, self.compression, ctx)
+        compression = log_compression(path)
+        head = split_head(data, compression, ctx)
         if head is None:
-            kind = "Zstandard session log" if self.compression == "zstd" else "session log"
+            kind = "Zstandard session log" if compression == "zstd" else "session log"
             raise ctx.corrupt(f"empty or header-less {kind}")
         record = decode_header(head.line, ctx)
         check_version(record, ctx)
-        check_identity(record, session_id, self._relative(path), self.compression, ctx)
-        scan = scan_events(data, head.end, self.compression, ctx)
+        check_identity(record, session_id, self._relative(path), compression, ctx)
+        scan = scan_events(data, head.end, compression, ctx)
         revision = revision_of(st, data[-TAIL_BYTES:])
         torn = scan.torn
-        committed = len(scan.events) - (len(torn.recovered_events) if torn is not None else 0)
+        committed = len(scan.records) - (len(torn.recovered_events) if torn is not None else 0)
         tail = _Tail(revision, committed, torn.truncate_to if torn is not None else None)
         self._remember(path, tail)
         log = StoredLog(
             header=record,
-            events=scan.events,
+            events=scan.records,
             revision=revision,
             torn=torn,
             oversized_int_at=scan.oversized_int_at,
             location=path,
+            verdicts=scan.verdicts,
+            viewable=True,
         )
         return log, tail
 
@@ -410,7 +426,7 @@ class JsonlBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Header records and revisions from the first frame/line of each log, each header validated once.
 
         Without `parents` every project folder is scanned. With it, a project folder whose parent
@@ -423,15 +439,13 @@ class JsonlBackend:
         """
         return await self._run(self._list_sync, parents)
 
-    def _list_sync(
-        self, parents: ParentFilter | None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    def _list_sync(self, parents: ParentFilter | None) -> tuple[list[HeaderRow], list[DamagedSession]]:
         listed, damaged = self._listing.headers(parents)
         with self._mutex:
             for item in listed:
                 _bounded_put(self._paths, item.header.id, item.path)
         # `adopt` of a dict is a FrozenDict; the header was validated once, while listing.
-        rows: list[tuple[FrozenDict, Revision]] = [
+        rows = [
             HeaderRow(adopt(item.record), item.revision, item.header)  # type: ignore[arg-type]
             for item in listed
         ]
@@ -439,14 +453,10 @@ class JsonlBackend:
 
     # ---------------------------------------------------------------- writes
 
-    def arm_io_fault(self, kind: str, error: BaseException) -> None:
-        """Test support (`dsh.testing.IOFaultSeam`): fail the next append or repair from the inside.
-
-        `partial-write` writes half of the batch, `sync` writes all of it and fails at `fsync`,
-        `rollback` writes half and makes the rollback fail too. The batch is rolled back before
-        `error` is raised (except for `rollback`, which reports the failed rollback).
-        """
-        self._faults.arm(kind, error)
+    # The two steps of every durable write (`_files.append_durably`, `_files.link_new_file`), kept as
+    # class attributes so that a test can replace them on one instance (`dsh.testing.io_faults`).
+    _write_and_sync = staticmethod(write_and_sync)
+    _truncate_durably = staticmethod(truncate_durably)
 
     def _remember(self, path: str, tail: _Tail) -> None:
         with self._mutex:
@@ -503,8 +513,8 @@ class JsonlBackend:
                 f'session "{session_id}": header cannot name an artifact', session_id=session_id
             )
         directory = os.path.dirname(path)
-        if path_exists(os.path.join(directory, self._opposite)):
-            raise wrong_encoding_error(os.path.join(directory, self._opposite), self.compression)
+        # A new log is written in the configured encoding, whatever `locate` remembered.
+        path = os.path.join(directory, artifact_name(self.compression))
         existing = self._find(session_id)
         if existing is not None:
             raise SessionAlreadyExistsError(
@@ -519,12 +529,13 @@ class JsonlBackend:
                 location=path,
             )
         body = encode_batch(events)
-        data = self._frame(encode_header(header)) + (self._frame(body) if body else b"")
+        compression = self.compression
+        data = self._frame(encode_header(header), compression) + (self._frame(body, compression) if body else b"")
         project = os.path.dirname(directory)
         pre = _lstat(project)
         ensure_dir(directory)
         try:
-            st = link_new_file(path, data, self._faults.take())
+            st = link_new_file(path, data, self._write_and_sync)
         except FileExistsError as error:
             raise SessionAlreadyExistsError(
                 f'refusing to materialize "{session_id}": a log already exists on disk (load/resume it instead)',
@@ -598,8 +609,16 @@ class JsonlBackend:
         """Append one encoded batch at `at = (size, next_seq)`, all or nothing; then keep `fd` open for
         the next batch (the caller must not close it once this returned)."""
         size, next_seq = at
-        data = self._frame(encode_batch(records))
-        append_durably(fd, data, size, path=path, session_id=session_id, fault=self._faults.take())
+        data = self._frame(encode_batch(records), log_compression(path))
+        append_durably(
+            fd,
+            data,
+            size,
+            path=path,
+            session_id=session_id,
+            write=self._write_and_sync,
+            truncate=self._truncate_durably,
+        )
         st = os.fstat(fd)
         tail = os.pread(fd, TAIL_BYTES, max(st.st_size - TAIL_BYTES, 0))
         revision = revision_of(st, tail)
@@ -610,9 +629,17 @@ class JsonlBackend:
 
     def _write_open(self, session_id: str, log: OpenLog, records: Sequence[Mapping[str, Any]]) -> Revision:
         """Append one batch through a kept descriptor whose file was just verified unchanged."""
-        data = self._frame(encode_batch(records))
+        data = self._frame(encode_batch(records), log_compression(log.path))
         try:
-            append_durably(log.fd, data, log.size, path=log.path, session_id=session_id, fault=self._faults.take())
+            append_durably(
+                log.fd,
+                data,
+                log.size,
+                path=log.path,
+                session_id=session_id,
+                write=self._write_and_sync,
+                truncate=self._truncate_durably,
+            )
         except BaseException:
             # Rolled back, but the file's times changed: the next append opens and checks afresh.
             self._drop_open(session_id)
@@ -711,3 +738,7 @@ def _lstat(path: str) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+JsonlBackend.__module__ = "dsh"

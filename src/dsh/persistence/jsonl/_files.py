@@ -6,13 +6,14 @@ is `fsync`ed, and a directory is `fsync`ed after an entry in it was created, lin
 logs appear atomically through a private temp file that is linked into place (`os.link` fails
 instead of overwriting, so two concurrent materializations cannot both win); appends remember the
 previous size and truncate back to it on any failure, so a batch is all-or-nothing and a retry never
-sees a gap or a duplicate.
+sees a gap or a duplicate. The two steps of a durable write, `write_and_sync` and `truncate_durably`,
+are passed in by the backend, which keeps them as its private primitives so a test can fail either
+one (`dsh.testing.io_faults`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import secrets
@@ -21,25 +22,35 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import IO, Any, Final
 
-from dsh.persistence._faults import IOFault
 from dsh.persistence.base import Revision
-from dsh.persistence.errors import AppendConflictError, PersistenceIOError, StoreMisconfiguredError
+from dsh.persistence.errors import (
+    AppendConflictError,
+    PersistenceIOError,
+    SessionCorruptionError,
+    StoreMisconfiguredError,
+)
 from dsh.persistence.jsonl._format import Compression, HeadLine, LogContext, split_head
 
 __all__ = [
     "FILE_MODE",
     "FILE_READS",
+    "LOG_NAMES",
     "TAIL_BYTES",
     "FileReads",
     "Opener",
+    "Truncate",
+    "Write",
     "raw_open",
     "append_durably",
     "check_contiguous",
     "check_flat",
     "ensure_dir",
+    "log_compression",
+    "log_in",
+    "two_logs_error",
     "path_exists",
     "fd_revision",
     "flat_legacy_error",
@@ -56,7 +67,8 @@ __all__ = [
     "regular_stat",
     "remove_stale",
     "revision_of",
-    "wrong_encoding_error",
+    "truncate_durably",
+    "write_and_sync",
 ]
 
 _log = logging.getLogger("dsh.persistence")
@@ -151,12 +163,22 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_and_sync(fd: int, data: bytes, fault: IOFault | None) -> None:
-    """Write all of `data` and fsync; an armed test fault fails half-way (or, `sync`, instead of the fsync)."""
-    if fault is not None:
-        _write_all(fd, data[: fault.staged_length(len(data))])
-        raise fault.error
+Write = Callable[[int, bytes], None]
+"""The write step of a durable write: all of the bytes to the descriptor, then durable (`write_and_sync`)."""
+
+Truncate = Callable[[int, int], None]
+"""The rollback step of a failed append: cut the file back to a size, durably (`truncate_durably`)."""
+
+
+def write_and_sync(fd: int, data: bytes) -> None:
+    """Write all of `data` and fsync."""
     _write_all(fd, data)
+    os.fsync(fd)
+
+
+def truncate_durably(fd: int, size: int) -> None:
+    """Cut the file back to `size` bytes and fsync."""
+    os.ftruncate(fd, size)
     os.fsync(fd)
 
 
@@ -230,14 +252,35 @@ def regular_stat(path: str) -> os.stat_result:
     return st
 
 
-def wrong_encoding_error(path: str, compression: Compression) -> StoreMisconfiguredError:
-    """The detector refusal for an artifact of the other encoding in a root."""
-    suffix = ".jsonl.zstd" if path.endswith(".zstd") else ".jsonl"
-    return StoreMisconfiguredError(
-        f'session artifact "{path}" uses {suffix}, but this backend is configured for compression '
-        f'"{compression}"; use a separate root or select the matching compression mode',
-        location=path,
+LOG_NAMES: Final = ("session.jsonl.zstd", "session.jsonl")
+"""The log file names of a session folder, one per encoding (docs/storage-format.md#jsonl-layout)."""
+
+
+def log_compression(path: str) -> Compression:
+    """The encoding of the log at `path`, from its file name: `.zstd` is zstd frames, else plain lines."""
+    return "zstd" if path.endswith(".zstd") else "none"
+
+
+def two_logs_error(directory: str, session_id: str | None) -> SessionCorruptionError:
+    """A session folder holding a log of each encoding: which one is the session cannot be told."""
+    return SessionCorruptionError(
+        f'session folder "{directory}" holds both session.jsonl.zstd and session.jsonl; '
+        "keep the one that is the session and move the other away",
+        session_id=session_id,
+        location=directory,
     )
+
+
+def log_in(directory: str, names: Collection[str], session_id: str | None) -> str | None:
+    """The log among a session folder's entry `names` (either encoding), or None when there is none.
+
+    Raises:
+        SessionCorruptionError: The folder holds a log of each encoding (`two_logs_error`).
+    """
+    found = [name for name in LOG_NAMES if name in names]
+    if len(found) > 1:
+        raise two_logs_error(directory, session_id)
+    return os.path.join(directory, found[0]) if found else None
 
 
 def flat_legacy_error(path: str) -> StoreMisconfiguredError:
@@ -401,8 +444,8 @@ def ensure_dir(directory: str) -> None:
     fsync_dir(parent)
 
 
-def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_result:
-    """Publish a new file atomically: `<path>.<12 hex>.tmp` (O_EXCL, 0600), fsync, link, unlink, dir fsync.
+def link_new_file(path: str, data: bytes, write: Write) -> os.stat_result:
+    """Publish a new file atomically: `<path>.<12 hex>.tmp` (O_EXCL, 0600), `write`, link, unlink, dir fsync.
 
     The temp file is removed on every failure; one left by a crash is swept at the next open.
 
@@ -414,7 +457,7 @@ def link_new_file(path: str, data: bytes, fault: IOFault | None) -> os.stat_resu
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
-            _write_and_sync(fd, data, fault)
+            write(fd, data)
         finally:
             os.close(fd)
         # link() never overwrites: of two concurrent materializations exactly one succeeds.
@@ -485,10 +528,12 @@ def check_contiguous(session_id: str, path: str, records: Sequence[Mapping[str, 
             )
 
 
-def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: str, fault: IOFault | None) -> None:
-    """Write `data` at the end of the log (whose size is `size`) and fsync; all or nothing.
+def append_durably(
+    fd: int, data: bytes, size: int, *, path: str, session_id: str, write: Write, truncate: Truncate
+) -> None:
+    """`write` `data` at the end of the log (whose size is `size`), all or nothing.
 
-    On any failure the file is truncated back to `size` and fsynced before the error propagates
+    On any failure the file is cut back to `size` (`truncate`, durably) before the error propagates
     (an `OSError` as `PersistenceIOError`), so a retry neither duplicates nor skips a seq.
 
     Raises:
@@ -496,13 +541,10 @@ def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: st
             rollback failed too; then both errors are attached as an `ExceptionGroup` cause.
     """
     try:
-        _write_and_sync(fd, data, fault)
+        write(fd, data)
     except Exception as error:
         try:
-            if fault is not None and fault.fails_rollback:
-                raise OSError(errno.EIO, "injected rollback failure")
-            os.ftruncate(fd, size)
-            os.fsync(fd)
+            truncate(fd, size)
         except OSError as rollback_error:
             raise PersistenceIOError(
                 f"failed to roll back append to {path}", session_id=session_id, location=path
@@ -512,3 +554,7 @@ def append_durably(fd: int, data: bytes, size: int, *, path: str, session_id: st
                 f"failed to append to {path}: {error}", session_id=session_id, location=path
             ) from error
         raise
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+FileReads.__module__ = "dsh.persistence.jsonl"

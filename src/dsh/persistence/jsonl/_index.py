@@ -130,7 +130,8 @@ def other_entry(name: str, inode: int, kind: Kind) -> Entry:
     return (kind, name, inode)
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class Stamp(NamedTuple):
     """The state of one project folder the index describes.
 

@@ -33,16 +33,16 @@ from dsh.persistence.errors import (
 )
 from dsh.persistence.headers import read_stored_header
 from dsh.persistence.jsonl._files import (
+    LOG_NAMES,
     Opener,
     flat_legacy_error,
+    log_compression,
+    log_in,
     project_entries,
     read_head,
-    wrong_encoding_error,
 )
 from dsh.persistence.jsonl._format import (
-    Compression,
     LogContext,
-    artifact_name,
     check_identity,
     check_version,
     decode_header,
@@ -65,9 +65,13 @@ from dsh.persistence.jsonl._index import (
 )
 from dsh.session.header import SessionHeader, StoredHeaderError
 
-__all__ = ["FolderReader", "Listed", "StoreListing", "unreadable"]
+__all__ = ["INDEX_ARTIFACTS", "FolderReader", "Listed", "StoreListing", "unreadable"]
 
 _log = logging.getLogger("dsh.persistence")
+
+INDEX_ARTIFACTS: Final = " ".join(LOG_NAMES)
+"""What the parent index says it was built for: a reader that takes each session's log in either
+encoding. An index built for one log file name (by an earlier dsh) is not used, and is rebuilt."""
 
 _SETTLE_TRIES: Final = 25
 _SETTLE_PAUSE_S: Final = 0.001
@@ -75,7 +79,8 @@ _SETTLE_PAUSE_S: Final = 0.001
 time: up to 25 tries 1 ms apart (a coarser clock leaves it to the next writing open)."""
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class Listed(NamedTuple):
     """One listable session: its stored header record (and the validated header), revision and log path."""
 
@@ -104,22 +109,23 @@ def _kind(outcome: Outcome) -> Kind:
 class FolderReader:
     """Reads the entries of project folders; one outcome per entry, each entry isolated.
 
+    A session folder's log is `session.jsonl.zstd` or `session.jsonl`, whichever it holds: the
+    encoding is taken from the file name, per log (docs/storage-format.md#jsonl-layout).
+
     Args:
         opener: Opens a log for reading (the backend's opener).
-        compression: The store's encoding (names the log file and the refused other one).
     """
 
-    def __init__(self, opener: Opener, compression: Compression) -> None:
+    artifact: Final = INDEX_ARTIFACTS
+
+    def __init__(self, opener: Opener) -> None:
         self.opener = opener
-        self.compression: Compression = compression
-        self.artifact = artifact_name(compression)
-        self.opposite = artifact_name("none" if compression == "zstd" else "zstd")
 
     def entry(self, project: str, project_name: str, entry: os.DirEntry[str]) -> tuple[Kind, Outcome]:
         """One entry found by a scan of `project`: its index kind and its outcome.
 
         Raises:
-            StoreMisconfiguredError: A flat legacy log, or a log of the other encoding.
+            StoreMisconfiguredError: A flat legacy log.
         """
         if entry.is_file(follow_symlinks=False):
             if entry.name.endswith((".jsonl", ".jsonl.zstd")):
@@ -155,13 +161,14 @@ class FolderReader:
             return None
         except OSError as error:
             return unreadable(path, "session folder", error, folder_id)
-        if self.opposite in names:
-            raise wrong_encoding_error(os.path.join(path, self.opposite), self.compression)
-        if self.artifact not in names:
-            return None
-        log = os.path.join(path, self.artifact)
         try:
-            return self.header(log, f"{project_name}/{name}/{self.artifact}")
+            log = log_in(path, names, folder_id)
+        except SessionCorruptionError as error:
+            return DamagedSession(path, error.code, error.message, folder_id)
+        if log is None:
+            return None
+        try:
+            return self.header(log, f"{project_name}/{name}/{os.path.basename(log)}")
         except (SessionCorruptionError, SessionFormatUnsupportedError, PersistenceIOError) as error:
             return DamagedSession(log, error.code, error.message, folder_id)
         except OSError as error:
@@ -177,7 +184,8 @@ class FolderReader:
             SessionFormatUnsupportedError: A header version other than 0.
             PersistenceIOError: The log kept changing, or is not a regular file.
         """
-        result = read_head(self.opener, path, self.compression)
+        compression = log_compression(path)
+        result = read_head(self.opener, path, compression)
         if result is None:
             return None
         head, _, revision = result
@@ -190,7 +198,7 @@ class FolderReader:
             header, _ = read_stored_header(record)
         except StoredHeaderError as error:
             raise ctx.corrupt(f"corrupt session log: invalid session header: {error}") from error
-        check_identity(record, None, relative, self.compression, ctx)
+        check_identity(record, None, relative, compression, ctx)
         return Listed(record, revision, path, header)
 
 
@@ -222,8 +230,7 @@ class StoreListing:
         The damaged entries are always the whole store's. Rows are sorted by `(createdAt, id)`.
 
         Raises:
-            StoreMisconfiguredError: The root is unusable, or holds a flat legacy log or a log of
-                the other encoding where the walk looks.
+            StoreMisconfiguredError: The root is unusable, or holds a flat legacy log where the walk looks.
         """
         read: list[Listed] = []
         damaged: list[DamagedSession] = []
@@ -398,9 +405,7 @@ class StoreListing:
             for session_id in lookup:
                 for folder, name in indexed.get(session_id, ()):
                     if folder in fresh and (folder, name) not in picked:
-                        copies.setdefault(session_id, []).append(
-                            os.path.join(self.root, folder, name, self.reader.artifact)
-                        )
+                        copies.setdefault(session_id, []).append(_log_path(os.path.join(self.root, folder, name)))
         return {session_id: sorted(paths) for session_id, paths in copies.items() if len(paths) > 1}
 
     # ---------------------------------------------------------------- index upkeep
@@ -567,6 +572,15 @@ class StoreListing:
             if state != "wait":
                 break
         return state
+
+
+def _log_path(directory: str) -> str:
+    """The log of a session folder the index lists: the file there, else the default name (it vanished)."""
+    for name in LOG_NAMES:
+        path = os.path.join(directory, name)
+        if os.path.lexists(path):
+            return path
+    return os.path.join(directory, LOG_NAMES[0])
 
 
 def _entry_of(entry: os.DirEntry[str], kind: Kind, outcome: Outcome) -> Entry:

@@ -27,8 +27,16 @@ from urllib.parse import urlsplit
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
-from dsh.persistence._faults import IOFaultSlot
-from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    HeaderRow,
+    ParentFilter,
+    Revision,
+    StoredLog,
+    TornMarker,
+)
 from dsh.persistence.errors import (
     PersistenceClosedError,
     PersistenceIOError,
@@ -39,7 +47,7 @@ from dsh.persistence.postgres._driver import SCHEMES, Driver, check_schema_name,
 from dsh.persistence.postgres._leases import Heartbeat, LeaseRow, Leases, new_holder
 from dsh.persistence.postgres._reads import Reads, bindable, row_revision, stored_log
 from dsh.persistence.postgres._schema import StoreInfo, migrate_store, read_store
-from dsh.persistence.postgres._writes import Batch, Hook, Writes, check_contiguous
+from dsh.persistence.postgres._writes import Batch, Writes, check_contiguous
 from dsh.persistence.sqlite._schema import event_row
 from dsh.session.events import SessionEvent
 
@@ -131,9 +139,6 @@ class PostgresBackend:
         self._store: StoreInfo | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
         self._opening = asyncio.Lock()
-        self._faults = IOFaultSlot()
-        self._lost_acks = 0
-        self._hook: Hook | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -342,14 +347,14 @@ class PostgresBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Header records from `sessions` rows only, sorted by `(created_at, id)`; the parent filter runs in SQL."""
 
-        async def work(conn: AsyncConnection[Any]) -> list[tuple[FrozenDict, Revision]]:
+        async def work(conn: AsyncConnection[Any]) -> list[HeaderRow]:
             if await self._store_info(conn) is None:
                 return []
             rows = await self._reads.list_headers(conn, parents)
-            return [(record, self._revision(*revision)) for record, revision in rows]
+            return [HeaderRow(record, self._revision(*revision)) for record, revision in rows]
 
         return await self.run(work, "list sessions"), []
 
@@ -438,18 +443,12 @@ class PostgresBackend:
             incarnation=uuid.uuid4().hex,
         )
         check_contiguous(session_id, batch.rows)
-        fault = self._faults.take()
         attempts: list[int] = []
 
         async def work(conn: AsyncConnection[Any]) -> tuple[str, int]:
-            stored = await self._writes.append(conn, batch, retry=len(attempts) > 1, fault=fault, hook=self._hook)
-            if self._lost_acks > 0:
-                # Test seam: the server committed, then the connection dropped before the client
-                # heard back (docs/storage-format.md#postgresql-connections-and-retries).
-                self._lost_acks -= 1
-                await conn.close()
-                raise self._driver.psycopg.OperationalError("injected: the connection dropped after COMMIT")
-            return stored
+            # A retry (the connection broke, perhaps after COMMIT) first looks for its batch
+            # (docs/storage-format.md#postgresql-connections-and-retries).
+            return await self._writes.append(conn, batch, retry=len(attempts) > 1)
 
         incarnation, revision = await self._run_on(
             pool, work, f'append to session "{session_id}"', session_id, attempts=attempts
@@ -501,7 +500,7 @@ class PostgresBackend:
         """None: sessions are rows, not artifacts with paths."""
         return None
 
-    # ---------------------------------------------------------------- diagnostics and test seams
+    # ---------------------------------------------------------------- diagnostics
 
     async def diagnostics(self) -> dict[str, Any]:
         """What `dsh doctor` reports: server version, schema and version, `synchronous_commit`, lease rows."""
@@ -521,24 +520,6 @@ class PostgresBackend:
 
         return await self.run(work, "read diagnostics")
 
-    def arm_io_fault(self, kind: str, error: BaseException) -> None:
-        """`dsh.testing.IOFaultSeam`: fail the next append or repair inside its transaction (rolled back).
 
-        `partial-write` raises after half the rows were inserted, `sync` after all of them, just
-        before `COMMIT`; `rollback` acts as `partial-write` (a rollback cannot be made to fail here).
-        """
-        self._faults.arm(kind, error)
-
-    def arm_lost_acknowledgements(self, count: int = 1) -> None:
-        """Test seam: the next `count` appends commit, then lose their connection before returning.
-
-        Each such append is retried on another connection, which must recognise the committed batch.
-        """
-        self._lost_acks = count
-
-    def hold_appends(self, hook: Hook | None) -> None:
-        """Test seam: await `hook(session_id)` inside each append, right after the fence check.
-
-        While the hook waits, the transaction holds the lease row lock (a takeover waits for it).
-        """
-        self._hook = hook
+# Shown under the name users import (docs/architecture.md#public-names).
+PostgresBackend.__module__ = "dsh.persistence.postgres"

@@ -252,3 +252,7 @@ class Heartbeat:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+LeaseRow.__module__ = "dsh.persistence.postgres"

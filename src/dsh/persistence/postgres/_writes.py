@@ -14,15 +14,19 @@ The backend then retries the same batch on another connection, under the same fe
 batch, a session row carrying the incarnation this very call generated; for a later batch, stored
 rows over the batch's seqs equal to the batch's rows. A batch found stored is acknowledged with the
 current revision, so a retry neither duplicates events nor fails on the `(session_id, seq)` key.
+
+Tests reach the transaction's steps by replacing, on one backend's instances, `Leases.check_fence`
+(step 1: hold the transaction while it has the lease row), `Writes.insert_events` (step 3: fail
+after part or all of the rows) or `Writes.append` (the whole transaction: lose the acknowledgement
+after `COMMIT`); see `dsh.testing.io_faults` and `dsh.testing.postgres`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from dsh.persistence._faults import IOFault
 from dsh.persistence.base import Fence
 from dsh.persistence.errors import AppendConflictError, SessionAlreadyExistsError
 from dsh.persistence.postgres._driver import quoted
@@ -53,8 +57,6 @@ _RANGE: Final = (
     "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable FROM {s}.events "
     "WHERE session_id = %s AND seq >= %s AND seq < %s ORDER BY seq"
 )
-
-Hook = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +114,6 @@ class Writes:
         batch: Batch,
         *,
         retry: bool,
-        fault: IOFault | None = None,
-        hook: Hook | None = None,
     ) -> tuple[str, int]:
         """Run the append transaction; return the `(incarnation, revision)` now stored.
 
@@ -125,9 +125,8 @@ class Writes:
         session_id, rows = batch.session_id, batch.rows
         first_seq: int | None = rows[0][1] if rows else None
         async with conn.transaction():
+            # The lease row is locked from here to COMMIT: a takeover waits for this append.
             await self._leases.check_fence(conn, batch.fence)
-            if hook is not None:
-                await hook(session_id)  # test seam: the lease row is locked from here to COMMIT
             current = await (await conn.execute(self._lock_session, (session_id,))).fetchone()
             if retry:
                 stored = await self._already_stored(conn, batch, current)
@@ -166,16 +165,15 @@ class Writes:
                 await conn.execute(self._bump, (revision, stored_next + len(rows), session_id))
             else:
                 incarnation, revision = str(current[1]), int(current[2])
-            staged = rows if fault is None else rows[: fault.staged_length(len(rows))]
-            if staged:
-                async with conn.cursor() as cursor:
-                    await cursor.executemany(self._insert_event, staged)
-            if fault is not None:
-                # Test seam: fail after staging part (or, at the commit step, all) of the batch;
-                # leaving the block rolls the transaction back, as a real failure would.
-                raise fault.error
+            await self.insert_events(conn, rows)
             await self._leases.extend(conn, batch.fence)
         return incarnation, revision
+
+    async def insert_events(self, conn: AsyncConnection[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert a batch's event rows inside the caller's transaction (one step a test can fail)."""
+        if rows:
+            async with conn.cursor() as cursor:
+                await cursor.executemany(self._insert_event, rows)
 
     async def _already_stored(
         self, conn: AsyncConnection[Any], batch: Batch, current: tuple[Any, ...] | None

@@ -30,9 +30,17 @@ from typing import Any, Final, Literal, Self, TypeVar
 
 from dsh.errors import ConfigError
 from dsh.json import FrozenDict
-from dsh.persistence._faults import IOFault, IOFaultSlot
 from dsh.persistence._locks import WriterLocks
-from dsh.persistence.base import Capability, DamagedSession, Fence, ParentFilter, Revision, StoredLog, TornMarker
+from dsh.persistence.base import (
+    Capability,
+    DamagedSession,
+    Fence,
+    HeaderRow,
+    ParentFilter,
+    Revision,
+    StoredLog,
+    TornMarker,
+)
 from dsh.persistence.errors import (
     AppendConflictError,
     PersistenceClosedError,
@@ -175,7 +183,6 @@ class SqliteBackend:
         self._store_id = ""
         self._writer: _Lane | None = None
         self._readers: list[_Lane] = []
-        self._faults = IOFaultSlot()
         self._opening = asyncio.Lock()
 
     # ----------------------------------------------------------------------------------------------
@@ -315,7 +322,7 @@ class SqliteBackend:
 
     async def list_headers(
         self, *, parents: ParentFilter | None = None
-    ) -> tuple[list[tuple[FrozenDict, Revision]], list[DamagedSession]]:
+    ) -> tuple[list[HeaderRow], list[DamagedSession]]:
         """Stored header records from `sessions` rows only, sorted by `(created_at, id)`.
 
         A parent filter is answered by the partial `sessions_by_parent` index (`parent_session = ?`
@@ -345,7 +352,7 @@ class SqliteBackend:
         if ids is not None and not ids and not orphans:
             return [], []
         rows = await self._translate(self._reader().run(run), "list sessions", None)
-        return [(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
+        return [HeaderRow(header_record(row[0], row[1:9]), self._revision(row[9], row[10])) for row in rows], []
 
     async def exists(self, session_id: str) -> bool:
         """Whether a `sessions` row exists for the id."""
@@ -477,11 +484,10 @@ class SqliteBackend:
         self._refuse_read_only(f'write session "{session_id}"')
         writer, _ = self._lanes()
         batch = tuple(events)
-        fault = self._faults.take()
         return await self._translate(
             writer.run(
                 lambda conn: self._append(
-                    conn, session_id=session_id, header=header, events=batch, materialized=materialized, fault=fault
+                    conn, session_id=session_id, header=header, events=batch, materialized=materialized
                 )
             ),
             f'append to session "{session_id}"',
@@ -496,7 +502,6 @@ class SqliteBackend:
         header: Mapping[str, Any],
         events: Sequence[SessionEvent],
         materialized: bool,
-        fault: IOFault | None,
     ) -> Revision:
         # Encode before taking the write lock: the lock is held only for the database work.
         rows = [event_row(session_id, event) for event in events]
@@ -548,19 +553,22 @@ class SqliteBackend:
                 )
             else:
                 incarnation, revision = current[1], current[2]
-            if fault is None:
-                conn.executemany(INSERT_EVENT, rows)
-            else:
-                # Test seam: fail after staging part (or, at the commit step, all) of the batch;
-                # the rollback below undoes it, exactly as for a real driver failure.
-                conn.executemany(INSERT_EVENT, rows[: fault.staged_length(len(rows))])
-                raise fault.error
+            self._insert_events(conn, rows)
             # With synchronous=FULL the WAL is fsynced before COMMIT returns: durable on return.
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn, session_id, self._location)
             raise
         return self._revision(incarnation, revision)
+
+    @staticmethod
+    def _insert_events(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """The write step of every batch, inside its transaction.
+
+        One primitive, so that a test can fail it on one instance after part (or all) of the rows
+        went in, and see the transaction roll back (`dsh.testing.io_faults`).
+        """
+        conn.executemany(INSERT_EVENT, rows)
 
     def start_append(
         self,
@@ -584,14 +592,11 @@ class SqliteBackend:
         self._refuse_read_only(f'write session "{session_id}"')
         writer, _ = self._lanes()
         batch = tuple(events)
-        fault = self._faults.take()
         location = self._location
 
         def append(conn: sqlite3.Connection) -> Revision:
             try:
-                return self._append(
-                    conn, session_id=session_id, header=header, events=batch, materialized=True, fault=fault
-                )
+                return self._append(conn, session_id=session_id, header=header, events=batch, materialized=True)
             except (sqlite3.Error, OSError, UnicodeError) as error:
                 raise PersistenceIOError(
                     f'sqlite: cannot append to session "{session_id}": {error}',
@@ -633,15 +638,6 @@ class SqliteBackend:
     def locate(self, header: Mapping[str, Any]) -> str | None:
         """None: sessions are rows, not artifacts with paths."""
         return None
-
-    def arm_io_fault(self, kind: str, error: BaseException) -> None:
-        """`dsh.testing.IOFaultSeam`: fail the next append or repair inside its transaction.
-
-        `partial-write` raises after half the rows were inserted, `sync` just before `COMMIT`;
-        both roll back. A rollback cannot be made to fail here, so `rollback` acts as
-        `partial-write`.
-        """
-        self._faults.arm(kind, error)
 
     # ----------------------------------------------------------------------------------------------
     # Diagnostics
@@ -702,3 +698,7 @@ def _rollback(conn: sqlite3.Connection, session_id: str, location: str) -> None:
             session_id=session_id,
             location=location,
         ) from failure  # the append's own error stays attached as the failure's __context__
+
+
+# Shown under the name users import (docs/architecture.md#public-names).
+SqliteBackend.__module__ = "dsh"

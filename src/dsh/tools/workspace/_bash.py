@@ -187,3 +187,7 @@ def _output(result: ShellResult) -> dict[str, Any]:
         "stderr": result.stderr.to_json(),
         "sandbox": {"mode": result.mode, "denied": result.denied, "enforcement": result.enforcement},
     }
+
+
+# The public names (docs/architecture.md#public-names).
+BashTool.__module__ = "dsh.tools.workspace"

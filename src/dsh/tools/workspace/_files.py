@@ -460,3 +460,9 @@ class EditTool:
             else f"The file {out['path']} has been updated successfully."
         )
         return [text(f"{head}\n\n{out['diff']}")]
+
+
+# The public names (docs/architecture.md#public-names).
+EditTool.__module__ = "dsh.tools.workspace"
+ReadTool.__module__ = "dsh.tools.workspace"
+WriteTool.__module__ = "dsh.tools.workspace"

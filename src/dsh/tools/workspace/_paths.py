@@ -72,3 +72,7 @@ class Workspace:
         if real == self.root:
             return "."
         return real.relative_to(self.root).as_posix()
+
+
+# The public names (docs/architecture.md#public-names).
+Workspace.__module__ = "dsh.tools.workspace"

@@ -446,3 +446,8 @@ def _ignored(path: Path, is_dir: bool, rules: list[tuple[Path, Any]]) -> bool:
         if result.include is not None:
             verdict = bool(result.include)
     return verdict
+
+
+# The public names (docs/architecture.md#public-names).
+GlobTool.__module__ = "dsh.tools.workspace"
+GrepTool.__module__ = "dsh.tools.workspace"

@@ -392,3 +392,8 @@ async def _end_group(pgid: int, guard_s: float = 10.0) -> None:
         for fd in watched:
             loop.remove_reader(fd)
             os.close(fd)
+
+
+# The public names (docs/architecture.md#public-names).
+SandboxSettings.__module__ = "dsh.tools.workspace"
+ShellRunner.__module__ = "dsh.tools.workspace"
