@@ -36,6 +36,10 @@ def test_every_declared_shape_is_of_a_known_type() -> None:
         (_event("sandbox/mode", {"mode": "off"}), "mode: Input should be"),
         (_event("turn/start", {"turn": "1"}), "turn: Input should be a valid integer"),
         (
+            _event("turn/end", {"turn": 1, "reason": {"kind": "completed"}, "usage": {"inputTokens": 1}}),
+            "usage: Extra inputs are not permitted",
+        ),
+        (
             _event("request/header", {"header": {"config": {"provider": "p"}}, "reason": "initial"}),
             "header.config.model",
         ),

@@ -107,7 +107,7 @@ class _ToolResultMessage(TypedDict):
     source: _ToolSource
 
 
-@with_config(_OPEN)
+@with_config(_CLOSED)
 class _TokenUsage(TypedDict):
     inputTokens: int
     outputTokens: int
@@ -129,7 +129,7 @@ class _Reason(TypedDict):
     kind: Literal["completed", "aborted", "blocked", "error", "max-tokens", "interrupted"]
 
 
-@with_config(_OPEN)
+@with_config(_CLOSED)
 class _TurnEnd(TypedDict):
     turn: int
     reason: _Reason
@@ -153,7 +153,7 @@ class _AssistantChunk(TypedDict):
     chunk: _Chunk
 
 
-@with_config(_OPEN)
+@with_config(_CLOSED)
 class _AssistantMessageData(TypedDict):
     turn: int
     step: int
