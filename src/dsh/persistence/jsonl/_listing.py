@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ from dsh.persistence.jsonl._index import (
     INODE,
     KIND,
     NAME,
+    SESSION_ID,
     Entry,
     IndexFiles,
     IndexView,
@@ -125,29 +127,41 @@ class FolderReader:
             if entry.name.endswith((".jsonl", ".jsonl.zstd")):
                 raise flat_legacy_error(entry.path)
             return "I", None
-        link = entry.is_symlink()
-        try:
+        if entry.is_symlink():
             # Followed like the lookup follows it: a session folder reached through a symbolic
             # link lists exactly as it reads (and is re-read by every listing: its target can change).
-            is_folder = entry.is_dir()
+            return "R", self.named(project, project_name, entry.name)
+        try:
+            is_folder = entry.is_dir(follow_symlinks=False)
         except OSError:
             is_folder = False
         if not is_folder:
-            return ("R" if link else "I"), None
+            return "I", None
         outcome = self.folder(entry.path, project_name, entry.name)
-        return ("R" if link else _kind(outcome)), outcome
+        return _kind(outcome), outcome
 
     def named(self, project: str, project_name: str, name: str) -> Outcome:
-        """An entry the parent index names, read again exactly as a scan reads it."""
+        """An entry the parent index names (or a symbolic link a scan found), read as a scan reads it.
+
+        A symbolic link that cannot be followed (a loop, a dangling link) stands where a session
+        folder would be: it is reported as an unreadable session folder, never skipped in silence
+        (docs/storage-format.md#damage-stays-visible). A link to anything but a folder is ignored,
+        like a plain file.
+        """
         path = os.path.join(project, name)
         try:
-            is_folder = os.path.isdir(path)
-        except OSError:
-            is_folder = False
-        return self.folder(path, project_name, name) if is_folder else None
+            st = os.stat(path)
+        except FileNotFoundError:
+            if not os.path.islink(path):
+                return None  # vanished since the folder was listed
+            message = f'cannot read session folder "{path}": it is a dangling symbolic link'
+            return DamagedSession(path, "PERSISTENCE_IO", message, decode_segment(name))
+        except OSError as error:
+            return unreadable(path, "session folder", error, decode_segment(name))
+        return self.folder(path, project_name, name) if stat.S_ISDIR(st.st_mode) else None
 
     def folder(self, path: str, project_name: str, name: str) -> Outcome:
-        """One session folder: its listed header, a damaged entry, or None (no complete log yet, vanished)."""
+        """One session folder: its listed header, a damaged entry, or None (no log file in it, or it vanished)."""
         folder_id = decode_segment(name)
         try:
             names = os.listdir(path)
@@ -169,21 +183,28 @@ class FolderReader:
             return unreadable(log, "session log", error, folder_id)
 
     def header(self, path: str, relative: str) -> Listed | None:
-        """The header of the log at `path` (`relative` to the root), validated once; None to skip.
+        """The header of the log at `path` (`relative` to the root), validated once; None when it vanished.
 
         Raises:
-            SessionCorruptionError: A complete first record that is not a valid header, or that
-                breaks the identity rule.
+            SessionCorruptionError: An empty log, an incomplete first record, a complete first
+                record that is not a valid header, or one that breaks the identity rule.
             SessionFormatUnsupportedError: A header version other than 0.
             PersistenceIOError: The log kept changing, or is not a regular file.
         """
         result = read_head(self.opener, path, self.compression)
         if result is None:
             return None
-        head, _, revision = result
-        if head is None:
-            return None
+        head, st, revision = result
         ctx = LogContext(None, path)
+        if head is None:
+            # dsh publishes a log whole (written beside it, then linked), so a log without a
+            # complete first record is damage, not a session being created: it is reported.
+            if st.st_size == 0:
+                raise ctx.corrupt("corrupt session log: the log is empty (0 bytes), so it has no header record")
+            raise ctx.corrupt(
+                "corrupt session log: its first record (the header) is incomplete: "
+                f"the log ends after {st.st_size} bytes"
+            )
         record = decode_header(head.line, ctx)
         check_version(record, ctx)
         try:
@@ -363,7 +384,7 @@ class StoreListing:
         except FileNotFoundError:
             return None
         except OSError as error:
-            damaged.append(unreadable(path, "project folder", error, None))
+            damaged.extend(self._unreadable_project(name, path, error))
             return None
         built: dict[str, Entry] = {}
         for entry in entries:
@@ -371,6 +392,52 @@ class StoreListing:
             _collect(outcome, read, damaged)
             built[entry.name] = _entry_of(entry, kind, outcome)
         return pre, built
+
+    def _unreadable_project(self, name: str, path: str, error: OSError) -> list[DamagedSession]:
+        """A project folder that cannot be listed: one damaged entry per session folder it holds.
+
+        None of its sessions can be read, so each counts (docs/storage-format.md#damage-stays-visible).
+        Their names come from the parent index when it describes the folder as it is now (same
+        device and modification time; a `chmod` changes neither). Otherwise the folder's link
+        count tells how many subfolders it holds (2 + one per subfolder on ext4, xfs and tmpfs);
+        on a filesystem that does not count them (btrfs), the folder is one entry.
+        """
+        reason = error.strerror or str(error)
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except OSError:
+            st = None
+        named = self._indexed_sessions(name, st) if st is not None else []
+        if named:
+            message = f'cannot read project folder "{path}", which holds this session folder: {reason}'
+            return [
+                DamagedSession(os.path.join(path, entry), "PERSISTENCE_IO", message, session_id)
+                for entry, session_id in named
+            ]
+        count = st.st_nlink - 2 if st is not None and st.st_nlink > 2 else 1
+        held = f", which holds {count} session folders" if count > 1 else ""
+        message = f'cannot read project folder "{path}"{held}: {reason}'
+        return [DamagedSession(path, "PERSISTENCE_IO", message, None) for _ in range(count)]
+
+    def _indexed_sessions(self, name: str, st: os.stat_result) -> list[tuple[str, str | None]]:
+        """`(entry name, session id)` of the session folders the index knows in this folder, when
+        the index describes the folder as it is now; else nothing."""
+        try:
+            view = self.index.load()
+        except (OSError, SessionPersistenceError):
+            return []
+        if view is None or view.artifact != self.reader.artifact:
+            return []
+        stamp = view.stamps.get(name)
+        if stamp is None or not stamp.same_folder(st):
+            return []
+        found: list[tuple[str, str | None]] = []
+        for folder_entry, entry in sorted(view.folder_entries(name).items()):
+            if entry[KIND] == "L":
+                found.append((folder_entry, str(entry[SESSION_ID])))
+            elif entry[KIND] in ("D", "R"):
+                found.append((folder_entry, decode_segment(folder_entry)))
+        return found
 
     def _duplicates_of(
         self,
