@@ -143,9 +143,8 @@ async def write_family(store: StoreUnderTest, children: Sequence[str], *, one_sh
                 child.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
             else:
                 descriptor = snapshot_descriptor("continuable", provider="spawn", label=child_id)
-                child = rt.sessions.create(
-                    child_id, header=header, seed=[{"type": "subagent/descriptor", "seq": 0, "time": 1, "data": descriptor}]
-                )
+                seed = [{"type": "subagent/descriptor", "seq": 0, "time": 1, "data": descriptor}]
+                child = rt.sessions.create(child_id, header=header, seed=seed)
                 child.append("turn/start", {"turn": 1})
                 child.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
             sessions.append(child)
