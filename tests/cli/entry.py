@@ -1,10 +1,11 @@
 """The real `dsh` entry point in a child process, and the stores the command-line tests read.
 
-`dsh_process` runs `python -m dsh ...`, the module the `dsh` console script calls, in a fresh
-interpreter: exit codes, stdout and stderr are what a person sees, and a command that would hang
-fails the test at the guard instead of stalling the suite. `StoreUnderTest` is one home on one of
-the three backends (JSONL, SQLite, PostgreSQL in a throw-away schema): the global options and
-environment the command needs, and a `Config` for the writing runtime that fills it.
+`dsh_process` runs the `dsh` console script installed beside the test's interpreter (or `python -m
+dsh` where there is none) in a fresh process: exit codes, stdout and stderr are what a person
+sees, and a command that would hang fails the test at the guard instead of stalling the suite.
+`StoreUnderTest` is one home on one of the three backends (JSONL, SQLite, PostgreSQL in a
+throw-away schema): the global options and environment the command needs, and a `Config` for the
+writing runtime that fills it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "GUARD_S",
     "StoreUnderTest",
     "doctor_problems",
+    "dsh_command",
     "dsh_process",
     "open_store",
     "unlisted_count",
@@ -44,13 +46,19 @@ BACKENDS = ("jsonl", "sqlite", "postgres")
 _UNLISTED = re.compile(r"^(\d+) stored sessions? could not be read; run dsh .*doctor$", re.MULTILINE)
 
 
+def dsh_command() -> list[str]:
+    """The `dsh` console script installed beside this interpreter, else `python -m dsh`."""
+    script = Path(sys.executable).with_name("dsh")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "dsh"]
+
+
 def dsh_process(
     *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None, timeout: float = GUARD_S
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m dsh ARGS` in a fresh process (stdin closed, output captured, bounded by `timeout`)."""
+    """`dsh ARGS` in a fresh process (stdin closed, output captured, bounded by `timeout`)."""
     full = dict(os.environ)
     full.update(env or {})
-    argv = [sys.executable, "-m", "dsh", *args]
+    argv = [*dsh_command(), *args]
     return subprocess.run(
         argv,
         capture_output=True,
@@ -125,9 +133,10 @@ def open_store(kind: str, tmp_path: Path, pg_schemas: ThrowawaySchemas | None = 
 async def write_family(store: StoreUnderTest, children: Sequence[str], *, one_shot: Sequence[str] = ()) -> None:
     """Parent `P` with one settled, cold child per id (label = the id), written by a real runtime.
 
-    Children are seeded continuable ones (the catalog reads their log), except those in
-    `one_shot`: unseeded one-shot children whose descriptor is appended inside their first turn, so
-    the projection cache answers them once the runtime closed (the cache rung).
+    Children are continuable, their descriptor the first event of their creation seed, except those
+    in `one_shot`, whose descriptor is appended inside their first turn. None is a fork, so once the
+    runtime closed the projection cache holds every child's identity and the catalog answers from
+    it without reading the log (the cache rung, docs/cli.md#when-damage-shows).
     """
     async with Runtime.open(store.config()) as rt:
         parent = rt.sessions.create("P")
