@@ -33,6 +33,7 @@ from dsh.persistence.errors import (
     SessionPersistenceError,
 )
 from dsh.persistence.headers import read_stored_header
+from dsh.persistence.jsonl._damage import headless_log, project_damage
 from dsh.persistence.jsonl._files import (
     Opener,
     flat_legacy_error,
@@ -53,7 +54,6 @@ from dsh.persistence.jsonl._index import (
     INODE,
     KIND,
     NAME,
-    SESSION_ID,
     Entry,
     IndexFiles,
     IndexView,
@@ -143,10 +143,8 @@ class FolderReader:
     def named(self, project: str, project_name: str, name: str) -> Outcome:
         """An entry the parent index names (or a symbolic link a scan found), read as a scan reads it.
 
-        A symbolic link that cannot be followed (a loop, a dangling link) stands where a session
-        folder would be: it is reported as an unreadable session folder, never skipped in silence
-        (docs/storage-format.md#damage-stays-visible). A link to anything but a folder is ignored,
-        like a plain file.
+        A symbolic link that cannot be followed (a loop, a dangling link) is an unreadable session
+        folder (docs/storage-format.md#damage-stays-visible); a link to a non-folder is ignored.
         """
         path = os.path.join(project, name)
         try:
@@ -197,14 +195,7 @@ class FolderReader:
         head, st, revision = result
         ctx = LogContext(None, path)
         if head is None:
-            # dsh publishes a log whole (written beside it, then linked), so a log without a
-            # complete first record is damage, not a session being created: it is reported.
-            if st.st_size == 0:
-                raise ctx.corrupt("corrupt session log: the log is empty (0 bytes), so it has no header record")
-            raise ctx.corrupt(
-                "corrupt session log: its first record (the header) is incomplete: "
-                f"the log ends after {st.st_size} bytes"
-            )
+            raise headless_log(ctx, st.st_size)
         record = decode_header(head.line, ctx)
         check_version(record, ctx)
         try:
@@ -384,7 +375,7 @@ class StoreListing:
         except FileNotFoundError:
             return None
         except OSError as error:
-            damaged.extend(self._unreadable_project(name, path, error))
+            damaged.extend(project_damage(self.index, self.reader.artifact, name, path, error))
             return None
         built: dict[str, Entry] = {}
         for entry in entries:
@@ -392,52 +383,6 @@ class StoreListing:
             _collect(outcome, read, damaged)
             built[entry.name] = _entry_of(entry, kind, outcome)
         return pre, built
-
-    def _unreadable_project(self, name: str, path: str, error: OSError) -> list[DamagedSession]:
-        """A project folder that cannot be listed: one damaged entry per session folder it holds.
-
-        None of its sessions can be read, so each counts (docs/storage-format.md#damage-stays-visible).
-        Their names come from the parent index when it describes the folder as it is now (same
-        device and modification time; a `chmod` changes neither). Otherwise the folder's link
-        count tells how many subfolders it holds (2 + one per subfolder on ext4, xfs and tmpfs);
-        on a filesystem that does not count them (btrfs), the folder is one entry.
-        """
-        reason = error.strerror or str(error)
-        try:
-            st: os.stat_result | None = os.lstat(path)
-        except OSError:
-            st = None
-        named = self._indexed_sessions(name, st) if st is not None else []
-        if named:
-            message = f'cannot read project folder "{path}", which holds this session folder: {reason}'
-            return [
-                DamagedSession(os.path.join(path, entry), "PERSISTENCE_IO", message, session_id)
-                for entry, session_id in named
-            ]
-        count = st.st_nlink - 2 if st is not None and st.st_nlink > 2 else 1
-        held = f", which holds {count} session folders" if count > 1 else ""
-        message = f'cannot read project folder "{path}"{held}: {reason}'
-        return [DamagedSession(path, "PERSISTENCE_IO", message, None) for _ in range(count)]
-
-    def _indexed_sessions(self, name: str, st: os.stat_result) -> list[tuple[str, str | None]]:
-        """`(entry name, session id)` of the session folders the index knows in this folder, when
-        the index describes the folder as it is now; else nothing."""
-        try:
-            view = self.index.load()
-        except (OSError, SessionPersistenceError):
-            return []
-        if view is None or view.artifact != self.reader.artifact:
-            return []
-        stamp = view.stamps.get(name)
-        if stamp is None or not stamp.same_folder(st):
-            return []
-        found: list[tuple[str, str | None]] = []
-        for folder_entry, entry in sorted(view.folder_entries(name).items()):
-            if entry[KIND] == "L":
-                found.append((folder_entry, str(entry[SESSION_ID])))
-            elif entry[KIND] in ("D", "R"):
-                found.append((folder_entry, decode_segment(folder_entry)))
-        return found
 
     def _duplicates_of(
         self,
