@@ -728,6 +728,8 @@ class JsonlBackend:
 
 def _storable(text: str) -> bool:
     """Whether `text` can appear in a stored header (it is valid UTF-8: no lone surrogate)."""
+    if text.isascii():  # a flag of the string: no scan
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
