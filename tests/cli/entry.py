@@ -84,7 +84,7 @@ def doctor_problems(stdout: str) -> list[dict[str, Any]]:
     return problems
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoreUnderTest:
     """One home on one backend: what a command needs to reach it, and the writing runtime's config."""
 
