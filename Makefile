@@ -23,8 +23,10 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
+# `make demo DEMO_ARGS=--keep` keeps the demo's temporary home to look around in afterwards.
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(BIN)/dsh demo
+	$(BIN)/dsh demo $(DEMO_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -3,7 +3,8 @@
 Layer: top (beside `dsh.runtime`, whose read-only open it uses; the CLI only renders the report).
 The checks (docs/cli.md#dsh-doctor):
 
-* **home**: the home folder exists and is a readable directory (not writable: a warning);
+* **home**: the home folder exists and is a readable directory (not writable: a warning); on the
+  default store a home that does not exist yet is an empty home, which is ok;
 * **free-space**: at least 100 MiB free where the home lives (less: a warning);
 * **cache**: `cache.sqlite3`, when present, is a regular file (its type is checked before any open,
   so a FIFO never blocks) and passes `PRAGMA quick_check` opened with `mode=ro`;
@@ -247,6 +248,10 @@ def _file_checks(config: Config) -> list[Check]:
         if not os.path.lexists(config.home):
             return [Check("home", "ok", f"{config.home} does not exist (not needed: sessions live in PostgreSQL)")]
         return _home_checks(config.home)
+    if config.database_url is None and not os.path.lexists(config.home):
+        # A home that does not exist yet is an empty home: nothing went wrong, nothing is stored.
+        detail = f"{config.home} does not exist yet (nothing has been stored; the first dsh run creates it)"
+        return [Check("home", "ok", detail)]
     checks = _home_checks(config.home)
     checks.append(_sqlite_check("cache", config.cache_path, "projection cache"))
     store = _sqlite_store_path(config)

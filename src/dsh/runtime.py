@@ -142,12 +142,20 @@ def backend_for(config: Config, *, read_only: bool = False) -> StorageBackend:
 
 
 def _check_home_for_reading(config: Config) -> None:
-    """A read-only open never creates the home: a missing one is a missing store (one clear error)."""
+    """A read-only open never creates the home.
+
+    On the default store (JSONL under the home) a home that does not exist yet is an empty home:
+    nothing has been stored there, and every read answers as it would for an empty store. With a
+    `sqlite://` URL the home holds the named database, so a missing one is a missing store (one
+    clear error), as any URL naming a store that does not exist.
+    """
     home = config.home
     uses_home = config.database_url is None or config.database_url in ("sqlite://", "sqlite:///")
     if not uses_home:
         return
     if not os.path.lexists(home):
+        if config.database_url is None:
+            return
         raise StoreMisconfiguredError(
             f"no dsh home at {home}: nothing has been stored there yet (a read-only command creates no folder)",
             location=str(home),

@@ -49,10 +49,10 @@ def _one_line(text: str) -> str:
     return lines[0]
 
 
-def test_a_missing_home_is_one_line_and_is_not_created(tmp_path: Path) -> None:
-    """`dsh agents` on a home that does not exist: exit 5, one line, and no folder is made."""
+def test_a_missing_home_named_by_a_sqlite_url_is_one_line_and_is_not_created(tmp_path: Path) -> None:
+    """`dsh --database-url sqlite:// agents` on a home that does not exist: exit 5, one line, no folder made."""
     before = tree_snapshot(tmp_path)
-    result = runner.invoke(app, ["--home", str(tmp_path / "fresh"), "agents", "P"])
+    result = runner.invoke(app, ["--home", str(tmp_path / "fresh"), "--database-url", "sqlite://", "agents", "P"])
     assert result.exit_code == 5, result.output
     assert _one_line(result.stderr).startswith("error [STORE_MISCONFIGURED]: no dsh home at ")
     assert tree_snapshot(tmp_path) == before

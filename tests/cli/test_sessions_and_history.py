@@ -186,8 +186,8 @@ def test_sessions_table_fits_80_columns_and_never_cuts_an_id(home: Path, monkeyp
 
 
 def test_sessions_of_an_empty_home_say_so(tmp_path: Path) -> None:
-    """An existing home without sessions prints `(no sessions)` (`[]` items with `--json`), exit 0."""
-    assert _invoke(tmp_path, "sessions").stdout == "(no sessions)\n"
+    """An existing home without sessions prints `(no sessions yet)` (`[]` items with `--json`), exit 0."""
+    assert _invoke(tmp_path, "sessions").stdout == "(no sessions yet)\n"
     assert json.loads(_invoke(tmp_path, "sessions", "--json").stdout) == {"items": [], "nextCursor": None}
 
 

@@ -142,6 +142,7 @@ def test_a_real_terminal_gets_the_rich_table_with_hostile_text_escaped(tmp_path:
 def test_error_lines_escape_what_they_quote(tmp_path: Path) -> None:
     """A failure naming a hostile path is one line with the path's control characters escaped."""
     home = tmp_path / "home\x1b]0;owned\x07"
+    home.write_text("a file, not a home folder")
     result = runner.invoke(app, ["--home", str(home), "agents", "P"])
     assert result.exit_code == 5
     assert "\x1b" not in result.stderr

@@ -288,16 +288,18 @@ def test_the_text_report_is_one_line_per_problem(tmp_path: Path) -> None:
     assert result.stderr == ""
 
 
-def test_a_missing_home_fails_and_is_not_created(tmp_path: Path) -> None:
-    """Doctor on a home that does not exist reports it (exit 7) and creates nothing."""
+def test_a_missing_home_is_an_empty_home_and_is_not_created(tmp_path: Path) -> None:
+    """Doctor on a default home that does not exist yet: `home` ok, an empty store, exit 0, nothing created."""
     before = tree_snapshot(tmp_path)
     code, report, _ = _doctor(tmp_path / "absent")
-    assert code == 7
+    assert code == 0
     assert report["checks"][0] == {
         "name": "home",
-        "status": "fail",
-        "detail": f"{tmp_path / 'absent'} does not exist (nothing has been stored there)",
+        "status": "ok",
+        "detail": f"{tmp_path / 'absent'} does not exist yet (nothing has been stored; the first dsh run creates it)",
     }
+    assert report["sessions"] == 0
+    assert report["problems"] == []
     assert tree_snapshot(tmp_path) == before
 
 

@@ -20,11 +20,21 @@ from dsh.session.header import SessionId
 from tests.helpers import tree_snapshot
 
 
-async def test_a_missing_home_is_refused_and_not_created(tmp_path: Path) -> None:
-    """A home that does not exist: `STORE_MISCONFIGURED` on entering, and no folder appears."""
+async def test_a_missing_default_home_is_an_empty_store_and_not_created(tmp_path: Path) -> None:
+    """The default store in a home that does not exist yet: the runtime opens empty, and no folder appears."""
+    before = tree_snapshot(tmp_path)
+    async with Runtime.open(Config(home=tmp_path / "absent"), read_only=True) as rt:
+        assert rt.cache is None
+        assert (await rt.persistence.list()).rows == []
+        assert await rt.subagents.list_children("P") == []
+    assert tree_snapshot(tmp_path) == before
+
+
+async def test_a_missing_home_named_by_a_sqlite_url_is_refused_and_not_created(tmp_path: Path) -> None:
+    """`sqlite://` names the database in a home that does not exist: `STORE_MISCONFIGURED`, no folder appears."""
     before = tree_snapshot(tmp_path)
     with pytest.raises(StoreMisconfiguredError, match="no dsh home"):
-        async with Runtime.open(Config(home=tmp_path / "absent"), read_only=True):
+        async with Runtime.open(Config(home=tmp_path / "absent", database_url="sqlite://"), read_only=True):
             pass
     assert tree_snapshot(tmp_path) == before
 

@@ -319,7 +319,7 @@ async def test_newer_or_older_version_names_the_file(
 
 
 async def test_empty_and_headerless_files_are_corrupt_on_read(tmp_path: Path, compression: str) -> None:
-    """An empty file or one without a complete first record reads as `SESSION_CORRUPT` (listing skips it)."""
+    """An empty file or one without a complete first record reads as `SESSION_CORRUPT`; the listing reports both."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
     await writer.write_bytes("empty", b"")
@@ -329,7 +329,11 @@ async def test_empty_and_headerless_files_are_corrupt_on_read(tmp_path: Path, co
             with pytest.raises(SessionCorruptionError, match="empty or header-less"):
                 await coordinator.inspect(session_id)
         listing = await coordinator.list()
-        assert (listing.rows, listing.damaged) == ([], [])
+        assert listing.rows == []
+        assert sorted((d.session_id, d.code) for d in listing.damaged) == [
+            ("empty", "SESSION_CORRUPT"),
+            ("half", "SESSION_CORRUPT"),
+        ]
 
 
 async def test_oversized_integer_is_format_unsupported(tmp_path: Path, compression: str) -> None:

@@ -22,7 +22,7 @@ from tests.persistence.helpers import CountingOpener, closed_records, make_backe
 
 
 async def test_listing_survives_damage_of_every_kind(tmp_path: Path, compression: str) -> None:
-    """Damaged events and 8 KiB+ headers list; empty/incomplete heads are skipped; a bad header is damaged."""
+    """Damaged events and 8 KiB+ headers list; empty and incomplete heads and a bad header are damaged."""
     root = tmp_path / "sessions"
     writer = make_writer(root, compression)
     await writer.write("damaged", stored_header("damaged", created_at=1), closed_records(1))
@@ -38,8 +38,15 @@ async def test_listing_survives_damage_of_every_kind(tmp_path: Path, compression
         listing = await coordinator.list()
         assert [row.header.id for row in listing] == ["damaged", "big", "fine"]
         assert listing.rows[1].header.agent_preset == "p" * 9000
-        assert [(d.location, d.code) for d in listing.damaged] == [(writer.path_of("invalid"), "SESSION_CORRUPT")]
-        assert writer.path_of("invalid") in listing.damaged[0].message
+        damaged = sorted((d.location, d.code, d.session_id) for d in listing.damaged)
+        assert damaged == sorted(
+            (writer.path_of(session_id), "SESSION_CORRUPT", session_id)
+            for session_id in ("empty", "incomplete", "invalid")
+        )
+        reasons = {d.session_id: d.message for d in listing.damaged}
+        assert writer.path_of("invalid") in reasons["invalid"]
+        assert "the log is empty (0 bytes)" in reasons["empty"]
+        assert "the header) is incomplete" in reasons["incomplete"]
 
 
 async def test_one_id_in_two_projects_is_reported_and_left_out(tmp_path: Path, compression: str) -> None:

@@ -1,6 +1,10 @@
 """One host of the two-host tests: a writing `Runtime` on a shared PostgreSQL schema, driven over pipes.
 
-Run as `python host_child.py URL SCHEMA LEASE_TTL_S LEASE_RENEW_S HOME`. The process opens a
+Run as `python host_child.py URL SCHEMA LEASE_TTL_S LEASE_RENEW_S HOME [MACHINE]`. With `MACHINE`,
+the process plays a machine of that name: its lease holder names a boot id and pid namespace of
+its own (a private function of the holder module is replaced), so hosts of different names never
+judge each other's processes, as real separate machines cannot. Without it, the host is this
+machine, as `dsh` itself is. The process opens a
 `Runtime` whose backend is the PostgreSQL store in `SCHEMA` (the lease settings are short so tests
 can let leases expire), then prints one JSON line `{"ok": true, "ready": true, "holder": ..., "pid":
 ...}` and serves one JSON request per stdin line, answering each with one JSON line on stdout:
@@ -25,6 +29,7 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +152,19 @@ async def _serve(url: str, schema: str, ttl_s: float, renew_s: float, home: Path
         _say({"ok": True, "closed": True})
 
 
+def _play_machine(name: str) -> None:
+    """Make this process's lease holders name a machine of their own (`name`), not this one."""
+    from dsh.persistence.postgres import _holder
+
+    fake = (str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{name}.hosts.test")), "0:0")
+    _holder._machine = lambda: fake  # type: ignore[assignment]
+
+
 def main(argv: list[str]) -> None:
     """Serve requests until `quit` or the end of stdin."""
-    url, schema, ttl_s, renew_s, home = argv
+    url, schema, ttl_s, renew_s, home, *machine = argv
+    if machine and machine[0]:
+        _play_machine(machine[0])
     asyncio.run(_serve(url, schema, float(ttl_s), float(renew_s), Path(home)))
 
 

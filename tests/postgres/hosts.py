@@ -42,9 +42,23 @@ class ChildHost:
 
     @classmethod
     async def start(
-        cls, name: str, url: str, schema: str, workdir: Path, *, ttl_s: float = 30.0, renew_s: float = 10.0
+        cls,
+        name: str,
+        url: str,
+        schema: str,
+        workdir: Path,
+        *,
+        ttl_s: float = 30.0,
+        renew_s: float = 10.0,
+        machine: str | None = "",
     ) -> ChildHost:
-        """Start the process and wait for its ready line."""
+        """Start the process and wait for its ready line.
+
+        `machine`: the machine the host plays (its lease holder names that machine's boot id and
+        pid namespace); "" (the default) plays a machine named like the host, so two hosts are two
+        machines; None is this real machine, where a host judges another host's processes.
+        """
+        played = name if machine == "" else (machine or "")
         stderr = workdir / f"{name}.stderr"
         with stderr.open("wb") as sink:
             process = await asyncio.create_subprocess_exec(
@@ -55,6 +69,7 @@ class ChildHost:
                 str(ttl_s),
                 str(renew_s),
                 str(workdir / f"{name}-home"),
+                played,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=sink,

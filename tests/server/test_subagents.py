@@ -65,7 +65,7 @@ async def test_the_catalog_is_the_listing_with_the_activity_rewrite(served: Api)
     family = await seed_family(rt)
     expected = [row.to_json() for row in await rt.subagents.list_children(family.parent)]
     body = (await served.http.get(f"/api/v1/sessions/{family.parent}/subagents")).json()
-    assert body == {"entries": expected, "parentAvailable": False}
+    assert body == {"entries": expected, "parentAvailable": False, "unlisted": 0}
     assert [row["id"] for row in body["entries"]] == family.ids
     assert body["entries"][2] == {"kind": "diagnostic", "id": family.diagnostic, "reason": "corrupt"}
     await rt.resume_agent(family.parent)
@@ -111,9 +111,9 @@ async def test_descendants_carry_parent_and_depth(served: Api) -> None:
 
 
 async def test_an_unknown_parent_has_an_empty_catalog(served: Api) -> None:
-    """An unknown parent is 200 `{entries: [], parentAvailable: false}`."""
+    """An unknown parent is 200 `{entries: [], parentAvailable: false, unlisted: 0}`."""
     response = await served.http.get("/api/v1/sessions/nobody/subagents")
-    assert response.json() == {"entries": [], "parentAvailable": False}
+    assert response.json() == {"entries": [], "parentAvailable": False, "unlisted": 0}
     assert_error(await served.http.get("/api/v1/sessions/x/subagents", params={"scope": "all"}), 400, "bad-request")
 
 

@@ -117,7 +117,10 @@ def test_non_json_data_is_refused_with_a_path(store: SessionStore, label: str, d
     error = caught.value
     assert error.code == "NOT_JSON"
     assert error.path == path, label
-    assert error.message == f'session event "session/title" carries non-JSON-serializable data at {path}'
+    assert error.message == (
+        f'session event "session/title" carries data that is not lossless JSON at {path}: {error.reason}'
+    )
+    assert error.reason
     assert session.seq == 1
     assert list(session.events) == events_before
 
@@ -196,7 +199,9 @@ def test_seed_with_non_json_data_is_invalid_seed(store: SessionStore) -> None:
     with pytest.raises(SessionError) as caught:
         store.prepare("s", seed=seed)
     assert caught.value.code == "INVALID_SEED"
-    assert caught.value.message == "seed event at index 0 carries non-JSON-serializable data at $[0].data.v"
+    assert caught.value.message == (
+        "seed event at index 0 carries data that is not lossless JSON at $[0].data.v: nan is not a finite number"
+    )
     assert store.get("s") is None
 
 
@@ -211,3 +216,44 @@ def test_source_event_seqs_cross_the_boundary(store: SessionStore) -> None:
             source_event_seqs=[float("nan")],  # type: ignore[list-item]
         )
     assert session.seq == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (float("nan"), "nan is not a finite number"),
+        (float("inf"), "inf is not a finite number"),
+        (2**53, "integer 9007199254740992 is outside the safe range \u00b1(2**53-1)"),
+        (-(2**53), "integer -9007199254740992 is outside the safe range \u00b1(2**53-1)"),
+        (-0.0, "-0.0 does not survive a JSON round trip"),
+    ],
+)
+def test_each_refused_number_is_refused_with_its_own_reason(store: SessionStore, value: Any, reason: str) -> None:
+    """NaN, infinities, 2**53 and -0.0 are each refused with a message that says what is wrong with them."""
+    session = _title_session(store)
+    with pytest.raises(NotJsonError) as caught:
+        session.append("session/title", {"title": "t", "v": value})
+    assert caught.value.reason == reason
+    assert (
+        caught.value.message == f'session event "session/title" carries data that is not lossless JSON at $.v: {reason}'
+    )
+    assert session.seq == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        ({"turn": 1.5}, "turn must be a non-negative safe integer, got 1.5"),
+        ({"turn": -1}, "turn must be a non-negative safe integer, got -1"),
+        ({"turn": "1"}, "turn must be a non-negative safe integer, got a string"),
+        ({}, "turn is missing (it must be a non-negative safe integer)"),
+        ([1], "data must be an object {turn}, got an array"),
+    ],
+)
+def test_a_refused_turn_names_the_field_and_the_value(store: SessionStore, data: Any, reason: str) -> None:
+    """A `turn/start` whose turn is fractional, negative, a string or missing says so, naming the field and value."""
+    session = store.create()
+    with pytest.raises(SessionError) as caught:
+        session.append("turn/start", data)
+    assert caught.value.code == "INVALID_EVENT"
+    assert f'session event "turn/start" has invalid data: {reason}' in caught.value.message

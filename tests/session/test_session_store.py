@@ -154,22 +154,28 @@ def test_non_contiguous_seed_is_refused(store: SessionStore) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "reason"),
     [
-        {"type": "turn/start", "seq": 0, "time": 1},
-        {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}, "extra": 1},
-        {"type": "", "seq": 0, "time": 1, "data": {}},
-        {"type": "turn/start", "seq": -1, "time": 1, "data": {"turn": 1}},
-        {"type": "turn/start", "seq": 0, "time": 1.5, "data": {"turn": 1}},
-        {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}, "ignorable": False},
-        "not a mapping",
+        ({"type": "turn/start", "seq": 0, "time": 1}, "data is required"),
+        ({"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}, "extra": 1}, "unknown envelope key 'extra'"),
+        ({"type": "", "seq": 0, "time": 1, "data": {}}, "type must be a non-empty string"),
+        (
+            {"type": "turn/start", "seq": -1, "time": 1, "data": {"turn": 1}},
+            "seq must be a non-negative safe integer, got -1",
+        ),
+        ({"type": "turn/start", "seq": 0, "time": 1.5, "data": {"turn": 1}}, "time must be a safe integer, got 1.5"),
+        (
+            {"type": "turn/start", "seq": 0, "time": 1, "data": {"turn": 1}, "ignorable": False},
+            "ignorable may only be the literal true",
+        ),
+        ("not a mapping", "it is not an object"),
     ],
 )
-def test_seed_envelope_problems_are_invalid_seed(store: SessionStore, bad: Any) -> None:
-    """A seed record with a bad envelope is refused with the envelope text."""
+def test_seed_envelope_problems_are_invalid_seed(store: SessionStore, bad: Any, reason: str) -> None:
+    """A seed record with a bad envelope is refused with the envelope rule it breaks."""
     error = _code(store.prepare, "s", seed=[bad])
     assert error.code == "INVALID_SEED"
-    assert error.message == "seed event at index 0 has an invalid event envelope"
+    assert error.message == f"seed event at index 0 has an invalid event envelope: {reason}"
 
 
 @pytest.mark.parametrize(

@@ -186,7 +186,7 @@ def test_subagent_diagnostic_snapshot(tmp_path: Path) -> None:
     assert_golden(folder / "parent.expected.jsonl", normalized)
 
 
-_HOME_LINE = re.compile(r"^home: (.+)$", re.MULTILINE)
+_HOME_LINE = re.compile(r"^home: (\S+)", re.MULTILINE)
 
 
 def test_demo_plain_stdout_snapshot() -> None:

@@ -5,7 +5,8 @@ Layer: CLI (thin: it opens a read-only `Runtime`, lists, renders). The runtime i
 carries the table (or, with `--json`, exactly the rows as one JSON document); stderr carries the
 two hints: how many stored sessions could not be read at all (`N stored sessions could not be read;
 run dsh doctor`, docs/cli.md#damage-on-the-command-line) and, for a parent that is not stored,
-`no session X in <home>`.
+`no session X in <home>`. `--verify` opens the runtime without the projection cache, so every cold
+child is read (docs/cli.md#when-damage-shows).
 """
 
 # No `from __future__ import annotations`: typer reads the options from the annotations, and as
@@ -49,10 +50,15 @@ def agents(
     descendants: Annotated[bool, typer.Option("--descendants", help="Walk the whole subtree.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the rows as one JSON document.")] = False,
     plain: Annotated[bool, typer.Option("--plain", help="Fixed-width output without colour.")] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Read every cold child's log instead of trusting the projection cache.")
+    ] = False,
 ) -> None:
     """List a parent's subagents (read-only).
 
-    Reads the home folder and changes nothing in it.
+    Reads the home folder and changes nothing in it. A cold child the projection cache knows is
+    shown from the cache without reading its log; --verify reads every cold child's log, so damage
+    to any of them shows.
 
     \b
     Example:
@@ -64,7 +70,9 @@ def agents(
     reports: list[Any] = []
 
     async def run() -> tuple[list[Any], bool]:
-        async with Runtime.open(globals_.config(), read_only=True) as rt:
+        # Without the projection cache the catalog's cached-identity rung is skipped: every cold
+        # child's identity comes from one read of its log (docs/catalog.md#identity-rungs).
+        async with Runtime.open(globals_.config(), read_only=True, use_cache=not verify) as rt:
             if descendants:
                 rows: list[Any] = list(await rt.subagents.list_descendants(parent_id, report=reports.append))
             else:

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from typer.models import CommandFunctionType
 
 from dsh.cli.errors import EXIT_CODES, exit_code_for
+from dsh.cli.help import PlainCommand, PlainGroup
 from dsh.cli.text import safe
 from dsh.errors import DshError
 
@@ -32,8 +34,20 @@ __all__ = ["Globals", "app", "fail", "guarded", "primary_error"]
 
 T = TypeVar("T")
 
-# Plain help (no rich panels): flags show no `<bool>` placeholder, and the text fits 80 columns.
-app = typer.Typer(
+
+class _Typer(typer.Typer):
+    """The application: every command registers with the plain help of `dsh.cli.help`."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[CommandFunctionType], CommandFunctionType]:
+        """`typer.Typer.command`, with `PlainCommand` as the default class."""
+        kwargs.setdefault("cls", PlainCommand)
+        return super().command(*args, **kwargs)
+
+
+# Plain help (no rich panels): classic placeholders (`ID`, `--limit LIMIT`), flags without one, and
+# text that fits 80 columns (docs/cli.md#help).
+app = _Typer(
+    cls=PlainGroup,
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
@@ -180,11 +194,13 @@ def _root(
     # `readable=False`: typer's default refuses an unreadable path as a usage error (exit 2) before
     # any command runs; the commands report it themselves (docs/cli.md#read-only-commands).
     home: Annotated[
-        Path | None, typer.Option("--home", readable=False, help="Home folder (overrides DSH_HOME).")
+        Path | None, typer.Option("--home", readable=False, metavar="DIR", help="Home folder (overrides DSH_HOME).")
     ] = None,
     database_url: Annotated[
         str | None,
-        typer.Option("--database-url", help="sqlite:///<path>, postgresql://..., memory:, or unset for JSONL."),
+        typer.Option(
+            "--database-url", metavar="URL", help="sqlite:///<path>, postgresql://..., memory:, or unset for JSONL."
+        ),
     ] = None,
     no_color: Annotated[bool, typer.Option("--no-color", help="Disable colour (also NO_COLOR).")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Log details and tracebacks.")] = False,

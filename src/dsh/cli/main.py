@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import re
 import shlex
 import sys
 from collections.abc import Iterable, Sequence
@@ -96,7 +97,11 @@ class _DemoReporter:
             self.console.print(heading, style="bold", markup=False)
 
     def info(self, text: str) -> None:
-        self.console.print(_escape(text), markup=False)
+        # Wrapped here, at spaces and after commas, so a narrow terminal never folds a word in two
+        # (rich would cut a long JSON argument anywhere); a token wider than the screen runs past it.
+        for line in _escape(text).split("\n"):
+            for piece in wrap_line(line, self.console.width):
+                self.console.print(piece, markup=False, soft_wrap=True)
 
     def catalog(self, view: Any) -> None:
         from dsh.cli.render import catalog_table
@@ -107,6 +112,32 @@ class _DemoReporter:
         if not self.spinner.is_terminal:
             return contextlib.nullcontext()
         return self.spinner.status(f"{_escape(label)}…", spinner="dots")
+
+
+_BREAKS: Final = re.compile(r"(?<=[ ,])")
+"""Where a demo line may break: after a space, or after a comma (JSON arguments have no spaces)."""
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """`line` broken into lines of at most `width` columns, only after a space or a comma.
+
+    Continuation lines keep the line's indentation and its quote bar (`| `), or hang two columns
+    deeper; a piece that cannot fit (one long word) is left whole rather than cut.
+    """
+    if len(line) <= width:
+        return [line]
+    body = line.lstrip(" ")
+    indent = " " * (len(line) - len(body))
+    hang = indent + ("| " if body.startswith("| ") else "   " if body.startswith("-> ") else "  ")
+    lines: list[str] = []
+    current = indent
+    for token in _BREAKS.split(body):
+        if current.strip() and len(current) + len(token.rstrip()) > width:
+            lines.append(current.rstrip())
+            current = hang
+        current += token
+    lines.append(current.rstrip())
+    return lines
 
 
 def _escape(text: str) -> str:
@@ -151,8 +182,15 @@ def demo(
         raise fail(ctx, error) from error
     console = globals_.console(plain=plain)
     reporter = _DemoReporter(console, globals_.console(stderr=True), plain)
+    note = ""
+    if target.temporary:
+        note = (
+            " (a temporary folder, kept: --keep)"
+            if keep
+            else " (a temporary folder, deleted at the end; --keep keeps it)"
+        )
     try:
-        result = asyncio.run(run_demo(target.path, reporter))
+        result = asyncio.run(run_demo(target.path, reporter, home_note=note))
     except KeyboardInterrupt:
         if not keep:
             target.remove()
@@ -170,6 +208,7 @@ def demo(
             reporter.info(f"  {line}")
     else:
         target.remove()
+        reporter.info(f"deleted the temporary home {target.path}; dsh demo --keep keeps it to look around")
     reporter.info("Done.")
 
 

@@ -241,7 +241,7 @@ def sessions(
         else:
             from rich.text import Text
 
-            console.print(Text("(no sessions)"))
+            console.print(Text("(no sessions yet)" if cursor is None else "(no more sessions)"))
         if page.next_cursor is not None:
             words = [*globals_.command_words(), "sessions", *(["--all"] if all_ else [])]
             if limit != 50:

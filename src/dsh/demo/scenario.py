@@ -219,13 +219,16 @@ def demo_config(home: Path) -> Config:
     )
 
 
-async def run_demo(home: Path, reporter: DemoReporter) -> DemoResult:
+async def run_demo(home: Path, reporter: DemoReporter, *, home_note: str = "") -> DemoResult:
     """Run the walkthrough in `home` (an empty folder) and return what it saw.
+
+    `home_note` follows the home's path in the first phase (the command line says there whether
+    a temporary home is deleted at the end).
 
     Raises:
         DemoPhaseError: A phase failed; it names the phase and carries the original error.
     """
-    walk = _Walk(home, reporter)
+    walk = _Walk(home, reporter, home_note)
     try:
         await walk.run()
     except Exception as error:
@@ -262,8 +265,9 @@ class _Ends:
 class _Walk:
     """The ten phases, in order; `phase_name` is the running one, so a failure can name it."""
 
-    def __init__(self, home: Path, reporter: DemoReporter) -> None:
+    def __init__(self, home: Path, reporter: DemoReporter, home_note: str = "") -> None:
         self.home = home
+        self.home_note = home_note
         self.say = reporter.info
         self.reporter = reporter
         self.result = DemoResult(home)
@@ -301,7 +305,7 @@ class _Walk:
 
     async def run(self) -> None:
         self.phase(1, "Prepare")
-        self.say(f"home: {self.home}")
+        self.say(f"home: {self.home}{self.home_note}")
         self.say("session logs: JSONL+zstd in sessions/; projection cache: cache.sqlite3")
         self.say("model: the scripted client on dsh/demo/script.json (no key, no network)")
         self.phase(2, "Start children (runtime R1)")

@@ -307,6 +307,11 @@ class ColdReader:
         session_id = reservation.session_id
         async with self._state.locks.hold(session_id):
             check_signal(signal, session_id)
+            if self._state.lru.get(session_id) is None and not await self._state.backend.exists(session_id):
+                # Checked before the writer lock is taken: a file store's lock file is never removed
+                # (docs/storage-format.md#writer-locks), so locking an id nobody stored would leave
+                # one behind for nothing.
+                raise SessionNotFoundError(f'session "{session_id}" not found', session_id=session_id)
             # Shielded: a cancelled prepare must still learn whether the lock was taken, so that
             # `_abandon` can release it; a lock taken and never released would block the id forever.
             reservation.acquiring = asyncio.ensure_future(self._acquire(reservation))

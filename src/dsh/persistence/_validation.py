@@ -22,6 +22,7 @@ import asyncio
 from collections.abc import Collection, Sequence
 from typing import Any, Final, Literal, NamedTuple
 
+from dsh.json import is_safe_int
 from dsh.persistence._legacy_shapes import MalformedAt, migrate_legacy_shapes
 from dsh.persistence.base import Revision, StoredLog, TornMarker
 from dsh.persistence.errors import (
@@ -36,7 +37,7 @@ from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.repair import interrupted_turn_closers
 from dsh.session.stored import StoredEvents
 from dsh.session.surface import Surface
-from dsh.session.validate import check_records, first_refusal
+from dsh.session.validate import LogProblem, check_records, first_refusal
 
 __all__ = [
     "THREAD_THRESHOLD",
@@ -92,6 +93,16 @@ def _corrupt(session_id: str, inner: str, location: str | None) -> SessionCorrup
     return SessionCorruptionError(
         f'stored session "{session_id}" failed validation: {inner}', session_id=session_id, location=location
     )
+
+
+def _where(records: Sequence[dict[str, Any]], problem: LogProblem) -> str:
+    """A log problem's message, prefixed with the event it is about (a seq problem names it already)."""
+    if problem.kind == "seq":
+        return problem.message
+    record = records[problem.index] if problem.index < len(records) else None
+    seq = record.get("seq") if isinstance(record, dict) else None
+    where = f"event seq {seq}" if is_safe_int(seq) else f"event at position {problem.index}"
+    return f"{where}: {problem.message}"
 
 
 def _header(session_id: str, log: StoredLog, location: str | None) -> tuple[SessionHeader, int]:
@@ -210,7 +221,7 @@ def _validated_records(
     problem = check_records(records, Surface(), verdicts=verdicts)
     _refuse(session_id, records, log.oversized_int_at, location, scan=problem is not None)
     if problem is not None:
-        raise _corrupt(session_id, problem.message, location)
+        raise _corrupt(session_id, _where(records, problem), location)
     if cut > len(records):
         raise _corrupt(session_id, f"seedLength {cut} exceeds the {len(records)} stored events", location)
     return header, cut, records
@@ -274,7 +285,7 @@ def _malformed_log(
     """
     _refuse(session_id, records, oversized_at, location, skip=malformed.index)
     problem = check_records(records[: malformed.index], Surface())
-    return _corrupt(session_id, malformed.message if problem is None else problem.message, location)
+    return _corrupt(session_id, malformed.message if problem is None else _where(records, problem), location)
 
 
 async def validate_log_async(session_id: str, log: StoredLog, location: str | None) -> ValidatedLog:
@@ -326,7 +337,7 @@ def validate_typed(
                 problem = f"session event seq {seq} is out of order in a typed read"
             previous = seq
         if problem is not None:
-            raise _corrupt(session_id, problem, location)
+            raise _corrupt(session_id, f"event seq {record.get('seq')!r}: {problem}", location)
         if types is not None and record["type"] not in types:
             raise _corrupt(session_id, f'typed read returned an unrequested type "{record["type"]}"', location)
     if cut > next_seq:

@@ -20,6 +20,9 @@ channel to notice a client that goes away). In order, for each request (docs/ser
    client left before the response started writes nothing and is logged with status 499.
 8. The access log (`dsh.server.access`): method, raw path, status and duration. Never a body, a
    header, a token or a key.
+
+Every `/api/v1` response, errors included, carries `Cache-Control: no-store` unless its route set
+its own.
 """
 
 from __future__ import annotations
@@ -72,8 +75,12 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _is_api(path: str) -> bool:
+    return path == _API_PREFIX or path.startswith(_API_PREFIX + "/")
+
+
 def _needs_token(path: str) -> bool:
-    return (path == _API_PREFIX or path.startswith(_API_PREFIX + "/")) and path not in _PUBLIC_PATHS
+    return _is_api(path) and path not in _PUBLIC_PATHS
 
 
 def _is_json(content_type: str | None) -> bool:
@@ -101,9 +108,10 @@ def _escaped_path(scope: Scope) -> str | None:
 class _Exchange:
     """The response side of one request: adds `X-Request-Id`, records the status, drops writes once the client left."""
 
-    def __init__(self, send: Send, request_id: str) -> None:
+    def __init__(self, send: Send, request_id: str, *, api: bool) -> None:
         self._send = send
         self._request_id = request_id.encode("ascii")
+        self._api = api
         self.status: int | None = None
         self.started = False
         self.complete = False
@@ -117,6 +125,9 @@ class _Exchange:
             self.status = int(message["status"])
             headers = [(k, v) for k, v in message.get("headers", ()) if bytes(k).lower() != b"x-request-id"]
             headers.append((b"x-request-id", self._request_id))
+            if self._api and not any(bytes(k).lower() == b"cache-control" for k, _ in headers):
+                # API answers hold session content: no browser or proxy may keep a copy.
+                headers.append((b"cache-control", b"no-store"))
             message = {**message, "headers": headers}
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             self.complete = True
@@ -157,7 +168,7 @@ class ApiMiddleware:
         started = time.perf_counter()
         offered = _header(scope, b"x-request-id")
         request_id = offered if offered is not None and _REQUEST_ID.fullmatch(offered) else uuid.uuid4().hex
-        exchange = _Exchange(send, request_id)
+        exchange = _Exchange(send, request_id, api=_is_api(str(scope.get("path", ""))))
         try:
             await self._handle(scope, receive, exchange, request_id)
         finally:

@@ -252,10 +252,12 @@ CatalogEntry = ChildEntry | DiagnosticEntry
 
 
 class SubagentCatalog(TypedDict):
-    """`listSubagents`: the listing's rows, in its order, and whether the parent's agent is live."""
+    """`listSubagents`: the listing's rows, in its order, whether the parent's agent is live, and
+    `unlisted`: how many stored sessions of the whole store the listing could not read at all."""
 
     entries: list[CatalogEntry]
     parentAvailable: bool
+    unlisted: int
 
 
 class ErrorDetail(TypedDict):

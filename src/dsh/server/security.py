@@ -76,7 +76,9 @@ def _write_new(path: Path, token: str) -> None:
 
 
 def _read(path: Path) -> str:
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever; the type
+    # check below then refuses it without reading.
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
     try:
         fd = os.open(path, flags)
     except OSError as error:
@@ -84,7 +86,10 @@ def _read(path: Path) -> str:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"the token file {path} is not a regular file")
+            raise ConfigError(
+                f"the token file {path} is not a regular file ({_kind(info.st_mode)}); "
+                "remove it, or start with --rotate-token to replace it"
+            )
         if info.st_mode & 0o077:
             raise ConfigError(
                 f"the token file {path} is readable by group or others (mode {stat.S_IMODE(info.st_mode):04o}); "
@@ -97,6 +102,18 @@ def _read(path: Path) -> str:
     if len(token) < 32 or not all(ch.isalnum() or ch in "-_" for ch in token):
         raise ConfigError(f"the token file {path} does not hold a usable token; start with --rotate-token")
     return token
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a plain file"
 
 
 def load_token(home: Path, *, rotate: bool = False) -> ServeToken:

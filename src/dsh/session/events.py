@@ -190,9 +190,9 @@ def envelope_problem(record: Mapping[str, Any]) -> str | None:
         return "type must be a non-empty string"
     seq: Any = record.get("seq")
     if not (is_safe_int(seq) and seq >= 0):
-        return "seq must be a non-negative safe integer"
+        return f"seq must be a non-negative safe integer, got {_got(seq)}"
     if not is_safe_int(record.get("time")):
-        return "time must be a safe integer"
+        return f"time must be a safe integer, got {_got(record.get('time'))}"
     if "data" not in record:
         return "data is required"
     if "ignorable" in record and record["ignorable"] is not True:
@@ -256,15 +256,43 @@ def legacy_problem(kind: str, data: object) -> str | None:
 # Data shapes. Each checker returns a problem text or None; extra keys are tolerated.
 
 
+def _got(value: object) -> str:
+    """A short, safe description of a value a rule refused (numbers exactly, other values by kind)."""
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) is int:
+        digits = str(value)
+        shown = digits if len(digits) <= 40 else f"{digits[:20]}...({len(digits)} digits)"
+        return shown if is_safe_int(value) else f"{shown}, outside the safe integer range \u00b1(2**53-1)"
+    if type(value) is float:
+        return repr(value)
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
+
+
 def _int_field(data: Mapping[str, Any], key: str) -> str | None:
     value: Any = data.get(key)
     if not (is_safe_int(value) and value >= 0):
-        return f"{key} must be a non-negative safe integer"
+        if key not in data:
+            return f"{key} is missing (it must be a non-negative safe integer)"
+        return f"{key} must be a non-negative safe integer, got {_got(value)}"
     return None
 
 
 def _turn_step(data: Mapping[str, Any]) -> str | None:
     return _int_field(data, "turn") or _int_field(data, "step")
+
+
+def _shape(expected: str, data: object) -> str:
+    """The problem of a payload that is not an object at all."""
+    return f"data must be an object {expected}, got {_got(data)}"
 
 
 def _is_obj(value: object) -> bool:
@@ -295,12 +323,15 @@ def _frame_problem(message: Any, role: str) -> str | None:
 
 
 def _check_turn_start(data: Any) -> str | None:
-    return None if _is_obj(data) and _int_field(data, "turn") is None else "data must be {turn}"
+    return _int_field(data, "turn") if _is_obj(data) else _shape("{turn}", data)
 
 
 def _check_turn_end(data: Any) -> str | None:
-    if not _is_obj(data) or _int_field(data, "turn") is not None:
-        return "data must be {turn, reason}"
+    if not _is_obj(data):
+        return _shape("{turn, reason}", data)
+    problem = _int_field(data, "turn")
+    if problem is not None:
+        return problem
     reason = data.get("reason")
     if not (_is_obj(reason) and _nonempty_str(reason.get("kind"))):
         return "turn/end reason must be an object with a non-empty kind"
@@ -317,7 +348,7 @@ def _check_turn_end(data: Any) -> str | None:
 
 
 def _check_step(data: Any) -> str | None:
-    return None if _is_obj(data) and _turn_step(data) is None else "data must be {turn, step}"
+    return _turn_step(data) if _is_obj(data) else _shape("{turn, step}", data)
 
 
 def _check_user_message(data: Any) -> str | None:
@@ -325,8 +356,10 @@ def _check_user_message(data: Any) -> str | None:
 
 
 def _check_chunk(data: Any) -> str | None:
-    if not _is_obj(data) or _turn_step(data) is not None:
-        return "data must be {turn, step, chunk}"
+    if not _is_obj(data):
+        return _shape("{turn, step, chunk}", data)
+    if (problem := _turn_step(data)) is not None:
+        return problem
     chunk = data.get("chunk")
     if not (_is_obj(chunk) and _nonempty_str(chunk.get("type"))):
         return "assistant/chunk chunk must be an object with a type"
@@ -334,8 +367,10 @@ def _check_chunk(data: Any) -> str | None:
 
 
 def _check_assistant_message(data: Any) -> str | None:
-    if not _is_obj(data) or _turn_step(data) is not None:
-        return "data must be {turn, step, message}"
+    if not _is_obj(data):
+        return _shape("{turn, step, message}", data)
+    if (problem := _turn_step(data)) is not None:
+        return problem
     message: Any = data.get("message")
     problem = _frame_problem(message, "assistant")
     if problem is not None:
@@ -353,8 +388,10 @@ def _check_assistant_message(data: Any) -> str | None:
 
 
 def _check_tool_call(data: Any) -> str | None:
-    if not _is_obj(data) or _turn_step(data) is not None:
-        return "data must be {turn, step, callId, name, arguments}"
+    if not _is_obj(data):
+        return _shape("{turn, step, callId, name, arguments}", data)
+    if (problem := _turn_step(data)) is not None:
+        return problem
     if not _nonempty_str(data.get("callId")):
         return "tool/call callId must be a non-empty string"
     if type(data.get("name")) is not str:
@@ -365,8 +402,10 @@ def _check_tool_call(data: Any) -> str | None:
 
 
 def _check_tool_result(data: Any) -> str | None:
-    if not _is_obj(data) or _turn_step(data) is not None:
-        return "data must be {turn, step, message}"
+    if not _is_obj(data):
+        return _shape("{turn, step, message}", data)
+    if (problem := _turn_step(data)) is not None:
+        return problem
     message: Any = data.get("message")
     problem = _frame_problem(message, "user")
     if problem is not None:
@@ -392,15 +431,18 @@ def _check_tool_result(data: Any) -> str | None:
 
 
 def _check_request_context(data: Any) -> str | None:
-    if not (_is_obj(data) and type(data.get("provider")) is str and type(data.get("model")) is str):
-        return "data must be {provider, model, contextWindow?}"
+    if not _is_obj(data):
+        return _shape("{provider, model, contextWindow?}", data)
+    for key in ("provider", "model"):
+        if type(data.get(key)) is not str:
+            return f"{key} is missing (it must be a string)" if key not in data else f"{key} must be a string"
     if "contextWindow" in data and not (is_safe_int(data["contextWindow"]) and data["contextWindow"] >= 0):
-        return "request/context contextWindow must be a non-negative safe integer"
+        return f"request/context contextWindow must be a non-negative safe integer, got {_got(data['contextWindow'])}"
     return None
 
 
 def _check_object(data: Any) -> str | None:
-    return None if _is_obj(data) else "data must be an object"
+    return None if _is_obj(data) else f"data must be an object, got {_got(data)}"
 
 
 _CHECKS: Final[dict[str, Callable[[Any], str | None]]] = {

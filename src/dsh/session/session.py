@@ -379,7 +379,7 @@ class Session:
             frozen = freeze(data, max_depth=MAX_DEPTH - 1)
         except NotJsonError as error:
             raise NotJsonError(
-                f'session event "{type}" carries non-JSON-serializable data at {error.path}',
+                f'session event "{type}" carries data that is not lossless JSON at {error.path}: {error.reason}',
                 path=error.path,
                 reason=error.reason,
             ) from None

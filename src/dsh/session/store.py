@@ -202,7 +202,7 @@ class SessionStore:
                 continue
             if not isinstance(record, Mapping):
                 raise SessionError(
-                    f"seed event at index {index} has an invalid event envelope",
+                    f"seed event at index {index} has an invalid event envelope: it is not an object",
                     code="INVALID_SEED",
                     session_id=session_id,
                 )
@@ -210,7 +210,8 @@ class SessionStore:
                 frozen = freeze(dict(record), max_depth=MAX_DEPTH, path=f"$[{index}]")
             except NotJsonError as error:
                 raise SessionError(
-                    f"seed event at index {index} carries non-JSON-serializable data at {error.path}",
+                    f"seed event at index {index} carries data that is not lossless JSON at {error.path}: "
+                    f"{error.reason}",
                     code="INVALID_SEED",
                     session_id=session_id,
                 ) from error
@@ -218,7 +219,7 @@ class SessionStore:
         problem = check_records(log, surface)
         if problem is not None:
             if problem.kind == "envelope":
-                message = f"seed event at index {problem.index} has an invalid event envelope"
+                message = f"seed event at index {problem.index} has an invalid event envelope: {problem.message}"
             elif problem.kind == "seq":
                 message = (
                     f"seed event at index {problem.index} has seq {problem.found_seq} "

@@ -15,6 +15,7 @@ thread through `asyncio.to_thread`; the backend keeps no state that a restart wo
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import threading
@@ -90,7 +91,7 @@ from dsh.persistence.jsonl._index import IndexFiles
 from dsh.persistence.jsonl._listing import FolderReader, StoreListing
 from dsh.persistence.jsonl._open_logs import OpenLog, OpenLogs
 from dsh.persistence.jsonl._scan import scan_events
-from dsh.session.ids import encode_segment
+from dsh.session.ids import MAX_SEGMENT_BYTES, encode_segment
 
 __all__ = ["JsonlBackend"]
 
@@ -337,6 +338,10 @@ class JsonlBackend:
             segment = encode_segment(session_id)
         except ValueError:
             return None
+        if len(segment) > MAX_SEGMENT_BYTES:
+            # No folder can carry this name, so nothing is stored under the id: "not found", never
+            # the file system's "file name too long".
+            return None
         found: list[str] = []
         for project in self._project_dirs():
             directory = os.path.join(project, segment)
@@ -351,6 +356,15 @@ class JsonlBackend:
             except PermissionError:
                 # An unreadable project folder hides nothing else: the listing reports it as damaged.
                 continue
+            except OSError as error:
+                if error.errno == errno.ENAMETOOLONG:
+                    continue  # a flat-file name this long cannot exist either
+                # A session folder that is a symbolic link loop, say: stored, but it cannot be read.
+                raise PersistenceIOError(
+                    f'cannot read session folder "{directory}": {error.strerror or error}',
+                    session_id=session_id,
+                    location=directory,
+                ) from error
         if len(found) > 1:
             raise SessionCorruptionError(
                 f'duplicate session id "{session_id}" in several project directories: {", ".join(sorted(found))}',
@@ -440,6 +454,10 @@ class JsonlBackend:
         return await self._run(self._list_sync, parents)
 
     def _list_sync(self, parents: ParentFilter | None) -> tuple[list[HeaderRow], list[DamagedSession]]:
+        if parents is not None:
+            # A parent id no stored header can hold (a lone surrogate from a command line that was
+            # not UTF-8) has no children; it is dropped here, so it never reaches the index search.
+            parents = frozenset(parent for parent in parents if parent is None or _storable(parent))
         listed, damaged = self._listing.headers(parents)
         with self._mutex:
             for item in listed:
@@ -731,6 +749,17 @@ class JsonlBackend:
     def _release_sync(self, session_id: str) -> None:
         self._drop_open(session_id)
         self._locks.release(session_id)
+
+
+def _storable(text: str) -> bool:
+    """Whether `text` can appear in a stored header (it is valid UTF-8: no lone surrogate)."""
+    if text.isascii():  # a flag of the string: no scan
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _lstat(path: str) -> os.stat_result | None:

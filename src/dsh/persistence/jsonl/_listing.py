@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Mapping
@@ -32,6 +33,7 @@ from dsh.persistence.errors import (
     SessionPersistenceError,
 )
 from dsh.persistence.headers import read_stored_header
+from dsh.persistence.jsonl._damage import headless_log, project_damage
 from dsh.persistence.jsonl._files import (
     LOG_NAMES,
     Opener,
@@ -131,29 +133,39 @@ class FolderReader:
             if entry.name.endswith((".jsonl", ".jsonl.zstd")):
                 raise flat_legacy_error(entry.path)
             return "I", None
-        link = entry.is_symlink()
-        try:
+        if entry.is_symlink():
             # Followed like the lookup follows it: a session folder reached through a symbolic
             # link lists exactly as it reads (and is re-read by every listing: its target can change).
-            is_folder = entry.is_dir()
+            return "R", self.named(project, project_name, entry.name)
+        try:
+            is_folder = entry.is_dir(follow_symlinks=False)
         except OSError:
             is_folder = False
         if not is_folder:
-            return ("R" if link else "I"), None
+            return "I", None
         outcome = self.folder(entry.path, project_name, entry.name)
-        return ("R" if link else _kind(outcome)), outcome
+        return _kind(outcome), outcome
 
     def named(self, project: str, project_name: str, name: str) -> Outcome:
-        """An entry the parent index names, read again exactly as a scan reads it."""
+        """An entry the parent index names (or a symbolic link a scan found), read as a scan reads it.
+
+        A symbolic link that cannot be followed (a loop, a dangling link) is an unreadable session
+        folder (docs/storage-format.md#damage-stays-visible); a link to a non-folder is ignored.
+        """
         path = os.path.join(project, name)
         try:
-            is_folder = os.path.isdir(path)
-        except OSError:
-            is_folder = False
-        return self.folder(path, project_name, name) if is_folder else None
+            st = os.stat(path)
+        except FileNotFoundError:
+            if not os.path.islink(path):
+                return None  # vanished since the folder was listed
+            message = f'cannot read session folder "{path}": it is a dangling symbolic link'
+            return DamagedSession(path, "PERSISTENCE_IO", message, decode_segment(name))
+        except OSError as error:
+            return unreadable(path, "session folder", error, decode_segment(name))
+        return self.folder(path, project_name, name) if stat.S_ISDIR(st.st_mode) else None
 
     def folder(self, path: str, project_name: str, name: str) -> Outcome:
-        """One session folder: its listed header, a damaged entry, or None (no complete log yet, vanished)."""
+        """One session folder: its listed header, a damaged entry, or None (no log file in it, or it vanished)."""
         folder_id = decode_segment(name)
         try:
             names = os.listdir(path)
@@ -176,11 +188,11 @@ class FolderReader:
             return unreadable(log, "session log", error, folder_id)
 
     def header(self, path: str, relative: str) -> Listed | None:
-        """The header of the log at `path` (`relative` to the root), validated once; None to skip.
+        """The header of the log at `path` (`relative` to the root), validated once; None when it vanished.
 
         Raises:
-            SessionCorruptionError: A complete first record that is not a valid header, or that
-                breaks the identity rule.
+            SessionCorruptionError: An empty log, an incomplete first record, a complete first
+                record that is not a valid header, or one that breaks the identity rule.
             SessionFormatUnsupportedError: A header version other than 0.
             PersistenceIOError: The log kept changing, or is not a regular file.
         """
@@ -188,10 +200,10 @@ class FolderReader:
         result = read_head(self.opener, path, compression)
         if result is None:
             return None
-        head, _, revision = result
-        if head is None:
-            return None
+        head, st, revision = result
         ctx = LogContext(None, path)
+        if head is None:
+            raise headless_log(ctx, st.st_size)
         record = decode_header(head.line, ctx)
         check_version(record, ctx)
         try:
@@ -370,7 +382,7 @@ class StoreListing:
         except FileNotFoundError:
             return None
         except OSError as error:
-            damaged.append(unreadable(path, "project folder", error, None))
+            damaged.extend(project_damage(self.index, self.reader.artifact, name, path, error))
             return None
         built: dict[str, Entry] = {}
         for entry in entries:

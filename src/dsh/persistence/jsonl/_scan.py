@@ -23,6 +23,7 @@ record is rewritten with `0.0`, as `dsh.json.adopt` reads it).
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Final, NamedTuple
 
@@ -254,7 +255,7 @@ class _LineScanner:
         if type(seq) is not int or seq != expected:
             message = (
                 f"corrupt session log: seq gap in committed region at line {self.line_no} "
-                f"(expected {expected}, got {orjson.dumps(seq).decode()})"
+                f"(expected {expected}, got {_spelled(seq, line, 'seq0' if members is not None else 'seq')})"
             )
             if commits:
                 raise self.ctx.corrupt(message)
@@ -267,6 +268,25 @@ class _LineScanner:
         for member in members:
             self._keep(member, line)
         return len(members)
+
+
+def _spelled(value: object, line: bytes, key: str) -> str:
+    """`value` (the line's `key`) as the line spells it, for a message.
+
+    `orjson` reads an integer beyond 64 bits as a float, so such a value is read again from the
+    line with the standard library's parser, which keeps every integer exact.
+    """
+    if type(value) is float and first_oversized_int((line,)) == 0:
+        try:
+            exact = json.loads(line).get(key)
+        except (ValueError, AttributeError):
+            exact = None
+        if type(exact) is int:
+            return str(exact)
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return repr(value)
 
 
 class LogScan(NamedTuple):

@@ -5,8 +5,10 @@ Layer: persistence (private to `dsh.persistence.postgres`). A lease row names th
 on the database clock (docs/storage-format.md#postgresql-leases-and-fencing):
 
 * **acquire** inserts the row with generation 1, or takes it over (generation + 1) when it expired
-  or is already ours; a live lease of another holder is `SESSION_LEASE_HELD`, naming the holder and
-  the expiry;
+  or is already ours, or at once when its holder is a process of this machine that no longer runs
+  (`_holder.gone_pid`: same boot id and pid namespace, pid gone or reused; logged as a WARNING);
+  a lease of a live holder, or of another host, is `SESSION_LEASE_HELD` until it expires, naming
+  the holder and the expiry;
 * **fence check**: every append and repair transaction first locks the lease row
   (`SELECT ... FOR UPDATE`) and compares holder and generation with its `Fence`; a mismatch is
   `SESSION_LEASE_LOST` and the transaction writes nothing. A takeover updates the same row, so a
@@ -24,9 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from dsh.persistence.base import Fence
 from dsh.persistence.errors import LeaseHeldError, LeaseLostError
 from dsh.persistence.postgres._driver import quoted
+from dsh.persistence.postgres._holder import gone_pid, new_holder, same_machine
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
@@ -53,7 +53,14 @@ _ACQUIRE: Final = (
     "expires_at = now() + make_interval(secs => %(ttl)s) "
     "WHERE l.expires_at <= now() OR l.holder = %(me)s RETURNING generation"
 )
-_CURRENT: Final = "SELECT holder, expires_at, expires_at <= now() FROM {s}.session_leases WHERE session_id = %s"
+_CURRENT: Final = (
+    "SELECT holder, expires_at, expires_at <= now(), generation FROM {s}.session_leases WHERE session_id = %s"
+)
+_TAKE_OVER: Final = (
+    "UPDATE {s}.session_leases SET holder = %(me)s, generation = generation + 1, "
+    "expires_at = now() + make_interval(secs => %(ttl)s) "
+    "WHERE session_id = %(id)s AND holder = %(dead)s AND generation = %(generation)s RETURNING generation"
+)
 _LOCK: Final = "SELECT holder, generation FROM {s}.session_leases WHERE session_id = %s FOR UPDATE"
 _EXTEND: Final = "UPDATE {s}.session_leases SET expires_at = now() + make_interval(secs => %s) WHERE session_id = %s"
 _RELEASE: Final = "DELETE FROM {s}.session_leases WHERE session_id = %s AND holder = %s AND generation = %s"
@@ -67,11 +74,6 @@ _LIST: Final = (
     "SELECT session_id, holder, generation, expires_at, expires_at <= now() FROM {s}.session_leases "
     'ORDER BY session_id COLLATE "C"'
 )
-
-
-def new_holder() -> str:
-    """A holder name unique to one backend instance: `<random>@<host>:<pid>`."""
-    return f"{uuid.uuid4().hex[:12]}@{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,7 @@ class Leases:
         q = quoted(schema)
         self._acquire = _ACQUIRE.replace("{s}", q)
         self._current = _CURRENT.replace("{s}", q)
+        self._take_over = _TAKE_OVER.replace("{s}", q)
         self._lock = _LOCK.replace("{s}", q)
         self._extend = _EXTEND.replace("{s}", q)
         self._release = _RELEASE.replace("{s}", q)
@@ -126,10 +129,17 @@ class Leases:
             current = await (await conn.execute(self._current, (session_id,))).fetchone()
             if current is None or current[2]:
                 continue  # released or expired since the insert looked: try again
-            holder, expires_at = str(current[0]), current[1]
+            holder, expires_at, generation = str(current[0]), current[1], int(current[3])
+            gone = gone_pid(holder)
+            if gone is not None:
+                taken = await self._take_over_from(conn, session_id, holder, generation, gone)
+                if taken is None:
+                    continue  # the row changed since it was read: look again
+                return taken
+            where = "a live process of this host" if same_machine(holder) else "another host"
             raise LeaseHeldError(
-                f'session "{session_id}" is being written by another host ({holder}); its lease expires at '
-                f"{expires_at.isoformat()} unless renewed; only one host may append to a session",
+                f'session "{session_id}" is being written by {where} ({holder}); its lease expires at '
+                f"{expires_at.isoformat()} unless renewed; only one writer may append to a session",
                 session_id=session_id,
                 holder=holder,
                 expires_at=expires_at,
@@ -138,6 +148,31 @@ class Leases:
             f'session "{session_id}" changed writers while this host tried to take it; try again',
             session_id=session_id,
         )
+
+    async def _take_over_from(
+        self, conn: AsyncConnection[Any], session_id: str, holder: str, generation: int, pid: int
+    ) -> Fence | None:
+        """Take the lease of a holder that is a process of this machine that no longer runs.
+
+        The update only succeeds while the row still names that holder at that generation, so a
+        takeover by anyone else in between wins and this one looks again.
+        """
+        params = {"id": session_id, "me": self.holder, "ttl": self.ttl_s, "dead": holder, "generation": generation}
+        row = await (await conn.execute(self._take_over, params)).fetchone()
+        if row is None:
+            return None
+        fence = Fence(session_id, self.holder, int(row[0]))
+        self.held[session_id] = fence
+        self.lost.discard(session_id)
+        _log.warning(
+            'postgresql: took over the lease of session "%s" at once (generation %d): its holder %s was process '
+            "%d of this host, which no longer runs",
+            session_id,
+            fence.generation,
+            holder,
+            pid,
+        )
+        return fence
 
     def check_local(self, fence: Fence | None, session_id: str) -> Fence:
         """The fence to write under, refusing at once a write without one or a lease known lost.

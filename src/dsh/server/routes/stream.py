@@ -39,7 +39,7 @@ class EventStream(Response):
     def __init__(self, subscription: Subscription, *, ping_interval_s: float) -> None:
         self.status_code = 200
         self.background = None
-        self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self.init_headers({"cache-control": "no-store", "x-accel-buffering": "no"})
         self._subscription = subscription
         self._ping_s = ping_interval_s
 

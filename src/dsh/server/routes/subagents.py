@@ -42,6 +42,7 @@ from dsh.server.routes.deps import (
 from dsh.session.header import SessionId
 from dsh.subagent.authority import UserAuthority
 from dsh.subagent.errors import SubagentError
+from dsh.subagent.listing import ListingReport
 from dsh.subagent.rows import SubagentChildRow, SubagentDescendantEntry, SubagentDiagnosticRow, SubagentListEntry
 from dsh.subagent.runtime import SubagentRuntime
 
@@ -129,19 +130,24 @@ async def list_subagents(
         Literal["children", "descendants"], Query(description="Direct children, or the whole subtree in pre-order.")
     ] = "children",
 ) -> JsonBody:
-    """The parent's subagents as the catalog lists them, and whether the parent's agent is live."""
+    """The parent's subagents as the catalog lists them, whether the parent's agent is live, and how
+    many stored sessions the listing could not read at all."""
     service = _service(rt)
+    reports: list[ListingReport] = []
     try:
         if scope == "descendants":
-            entries: Sequence[Any] = await service.list_descendants(parent_id, signal=signal)
+            entries: Sequence[Any] = await service.list_descendants(parent_id, signal=signal, report=reports.append)
         else:
-            entries = await service.list_children(parent_id, signal=signal)
+            entries = await service.list_children(parent_id, signal=signal, report=reports.append)
     except Exception as error:
         raise _catalog_failure(error, signal) from None
     return JsonBody(
         {
             "entries": [_row_json(rt, entry) for entry in entries],
             "parentAvailable": rt.agents.get(parent_id) is not None,
+            # Counted for the whole store: such an entry has no trustworthy parent link
+            # (docs/storage-format.md#damage-stays-visible).
+            "unlisted": reports[-1].unlisted if reports else 0,
         }
     )
 
