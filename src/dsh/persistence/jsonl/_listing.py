@@ -482,9 +482,10 @@ class StoreListing:
         own = other_entry(name, os.lstat(os.path.join(project, name)).st_ino, "R")
         written = _stamp_after(writer, post.st_mtime_ns)
         if old.racy():
-            # The index was not proven fresh for the folder before: neither is it after (readers
-            # and `close` read the folder again once the clock has moved on).
-            written = min(written, old.written_ns)
+            # The index was not proven fresh for the folder before: neither is it after. The stamp
+            # is made racily clean (written at the folder's time), whatever the clocks did, so
+            # readers, and `close` once the clock has moved on, read the folder again.
+            written = min(written, post.st_mtime_ns)
         stamp = Stamp(post.st_dev, post.st_mtime_ns, written)
         stored = self.index.add(view, project_name, stamp, [own])
         self._stored(project_name, stamp, stored)
