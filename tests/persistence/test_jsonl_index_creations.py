@@ -66,7 +66,9 @@ def _foreign(writer: JsonlLogWriter, session_id: str, *, parent: str = "P") -> N
 
 
 def _delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {purpose: count - before.get(purpose, 0) for purpose, count in after.items() if count != before.get(purpose, 0)}
+    return {
+        purpose: count - before.get(purpose, 0) for purpose, count in after.items() if count > before.get(purpose, 0)
+    }
 
 
 def _indexed(root: Path) -> dict[str, Entry]:

@@ -34,7 +34,7 @@ PARENTS = [None, "P", "Q", "s1"]
 
 entries = st.one_of(
     st.builds(
-        lambda name, inode, session_id, parent, origin, created: ("L", name, inode, session_id, parent, origin, created),
+        lambda name, inode, session_id, parent, origin, at: ("L", name, inode, session_id, parent, origin, at),
         st.sampled_from(NAMES),
         st.integers(1, 10**12),
         st.sampled_from(IDS),

@@ -218,7 +218,7 @@ async def _one_tick(stack: Stack) -> int:
     tick = max((os.lstat(folder).st_mtime_ns for folder in folders), default=0) + 5_000_000_000
     for folder in folders:
         os.utime(folder, ns=(tick, tick))
-    with mock.patch.object(index_module.Writer, "stamp", lambda self: tick):
+    with mock.patch.object(index_module.Writer, "stamp", return_value=tick):
         await stack.coordinator.list(parents={PARENT})
     return tick
 
