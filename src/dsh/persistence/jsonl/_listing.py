@@ -438,7 +438,7 @@ class StoreListing:
 
     def create_folder(self, project: str, name: str, make: Callable[[], list[str]]) -> list[str]:
         """Run `make()`, which creates session folder `name` in `project`, and record the new folder
-        in the parent index without reading the project folder (docs/storage-format.md#parent-index).
+        in the parent index without reading the project folder (docs/storage-format.md#creations-and-the-index).
 
         `make` returns the folders it created (outermost first, nothing fsynced); its result is
         returned and its errors propagate. A writing store holds the index lock around it, so no
