@@ -12,20 +12,27 @@ opened once for writing, as every home a user runs dsh on has been.
 * **Live listing.** A parent with 20 cold children (stored, unseeded, no cache rows: one observation
   each) and 10 live children that the measurement creates in a fresh writing `Runtime` (flushed, as a
   running agent's session is), in the family's project folder; beside the family either nothing (the
-  family-only home) or 10,000 other sessions spread over 50 project folders, the family's folder
-  among them. Then the first `list_children` of the parent after that open, and the fastest of three
-  warm ones. Each round uses a family of its own, so every listing sees 20 cold and 10 live children.
-  Target: 10,000-session home / family-only home <= 1.3 for each system, first and warm.
+  family-only home) or 10,000 other sessions in that same project folder (one repository used for
+  months, the common case, and the one where a JSONL folder is largest). Then the first
+  `list_children` of the parent after that open, and the fastest of three warm ones. Each round uses
+  a family of its own, so every listing sees 20 cold and 10 live children. Target: 10,000-session
+  home / family-only home <= 1.3 for each system, first and warm.
 
-Rounds rotate the order of the homes (reversed every other round); every ratio is computed inside one
-round, then summarised as median and spread. The disk and the two cores are shared, so the spread
-says how much to trust a median. Run: `python -m bench home_growth` (`DSH_BENCH_QUICK=1` for a short
-run, with 2,000-session homes).
+Interleaving: the disk's speed drifts and an `fsync` can cost ten times its median, so homes are
+measured side by side, never one after the other. Each round opens a runtime on every home of a
+measurement at once; creations alternate between the homes (one creation in each, in a rotated
+order, then the next), and each home's round figure is its median creation. For the listings, each
+round makes two restarts (every home opened anew, its live children created, then every home's
+first listing, then the warm ones, homes in a rotated order) and keeps each home's fastest first
+and fastest warm listing, the estimates least disturbed by whatever else the machine runs. Every
+ratio is computed inside one round, then summarised as median and spread over the rounds. Run:
+`python -m bench home_growth` (`DSH_BENCH_QUICK=1` for a short run, with 2,000-session homes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import statistics
 import tempfile
@@ -38,7 +45,6 @@ from typing import Any
 from bench.catalog_homes import (
     BASE_TIME,
     FAMILY_CWD,
-    PROJECTS,
     SETTLE_S,
     SYSTEMS,
     _header,
@@ -52,9 +58,11 @@ from bench.common import QUICK, print_table, rotated, spread, target, write_json
 
 BIG = 2_000 if QUICK else 10_000
 SMALL = 100
-ROUNDS = 2 if QUICK else 5
+ROUNDS = 2 if QUICK else 7
 CREATIONS = 10 if QUICK else 20
 """Sessions each round creates in the crowded folder, per home."""
+RESTARTS = 2
+"""Fresh opens per home and round for the listings (the fastest is kept)."""
 COLD_CHILDREN = 20
 LIVE_CHILDREN = 10
 WARM = 3
@@ -89,26 +97,25 @@ def _crowded(count: int) -> Iterator[_Session]:
         yield _Session(session_id, _header(session_id, BASE_TIME + index, CROWDED_CWD), body, "crowded")
 
 
-def _parent(round_: int) -> str:
-    return f"family-{round_}"
+def _parent(family: int) -> str:
+    return f"family-{family}"
 
 
 def _families(stored: int) -> Iterator[_Session]:
-    """`stored` other sessions over 50 project folders (the family's folder first), then one family
-    per round: a parent and its cold children, in the family's folder."""
+    """`stored` other sessions in the family's project folder, then one family per round: a parent
+    and its cold children, in the same folder."""
     body = [_one_turn(0, 1)]
     for index in range(stored):
-        cwd = FAMILY_CWD if index % PROJECTS == 0 else f"/home/bench/project-{index % PROJECTS:02d}"
         session_id = f"bg-{index:05d}"
-        yield _Session(session_id, _header(session_id, BASE_TIME + index, cwd), body, "background")
+        yield _Session(session_id, _header(session_id, BASE_TIME + index, FAMILY_CWD), body, "background")
     children = child_batches(22, seed=0)
     middle = BASE_TIME + stored * 1000
-    for round_ in range(ROUNDS):
-        parent = _parent(round_)
-        yield _Session(parent, _header(parent, middle + round_ * 100, FAMILY_CWD), body, "background")
+    for family in range(ROUNDS * RESTARTS):
+        parent = _parent(family)
+        yield _Session(parent, _header(parent, middle + family * 100, FAMILY_CWD), body, "background")
         for index in range(COLD_CHILDREN):
             child = f"{parent}-cold-{index:02d}"
-            header = _header(child, middle + round_ * 100 + 1 + index, FAMILY_CWD, parent=parent, depth=1)
+            header = _header(child, middle + family * 100 + 1 + index, FAMILY_CWD, parent=parent, depth=1)
             yield _Session(child, header, children, "child")
 
 
@@ -129,46 +136,60 @@ async def _build(root: Path, home: Home) -> Path:
     return path
 
 
-async def _creations(home: Home, path: Path, round_: int) -> float:
-    """Median seconds of one create + first flush in the crowded folder (a fresh writing runtime)."""
+async def _creations(homes: list[Home], paths: dict[Home, Path], round_: int) -> dict[str, float]:
+    """Each home's median seconds of one create + first flush in its crowded folder, the homes open
+    side by side and the creations alternating between them."""
     from dsh.runtime import Runtime
     from dsh.session.header import HeaderInit
 
-    times = []
-    async with Runtime.open(_config(home, path)) as rt:
+    times: dict[str, list[float]] = {home.name: [] for home in homes}
+    async with contextlib.AsyncExitStack() as stack:
+        runtimes = {home: await stack.enter_async_context(Runtime.open(_config(home, paths[home]))) for home in homes}
         for index in range(CREATIONS):
-            started = time.perf_counter()
-            session = rt.sessions.create(f"new-{round_}-{index:02d}", header=HeaderInit(cwd=CROWDED_CWD))
-            session.append("turn/start", {"turn": 1})
-            await rt.sessions.flush(session)
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+            for home in rotated(homes, (index + round_) % len(homes), len(homes)):
+                rt = runtimes[home]
+                started = time.perf_counter()
+                session = rt.sessions.create(f"new-{round_}-{index:02d}", header=HeaderInit(cwd=CROWDED_CWD))
+                session.append("turn/start", {"turn": 1})
+                await rt.sessions.flush(session)
+                times[home.name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
-async def _listings(home: Home, path: Path, round_: int) -> tuple[float, float]:
-    """(first, fastest warm) `list_children` seconds with 10 live children created in a fresh writing runtime."""
+async def _listings(homes: list[Home], paths: dict[Home, Path], family: int) -> dict[str, tuple[float, float]]:
+    """Each home's (first, fastest warm) `list_children` seconds after a fresh open in which 10 live
+    children of the family's parent were created; the homes open side by side."""
     from dsh.runtime import Runtime
     from dsh.session.header import HeaderInit
     from dsh.subagent.descriptor import snapshot_descriptor
 
-    parent = _parent(round_)
-    async with Runtime.open(_config(home, path)) as rt:
+    parent = _parent(family)
+    order = rotated(homes, family % len(homes), len(homes))
+    rows: dict[Home, Any] = {}
+    first: dict[str, float] = {}
+    warm: dict[str, list[float]] = {home.name: [] for home in homes}
+    async with contextlib.AsyncExitStack() as stack:
+        runtimes = {home: await stack.enter_async_context(Runtime.open(_config(home, paths[home]))) for home in order}
         for index in range(LIVE_CHILDREN):
-            header = HeaderInit(cwd=FAMILY_CWD, parent_session=parent, origin="subagent", delegation_depth=1)
-            session = rt.sessions.create(f"{parent}-live-{index:02d}", header=header)
-            session.append("subagent/descriptor", snapshot_descriptor("continuable", provider="spawn", label="live"))
-            await rt.sessions.flush(session)
-        started = time.perf_counter()
-        rows = await rt.subagents.list_children(parent)
-        first = time.perf_counter() - started
-        warm = []
-        for _ in range(WARM):
+            for home in order:
+                header = HeaderInit(cwd=FAMILY_CWD, parent_session=parent, origin="subagent", delegation_depth=1)
+                session = runtimes[home].sessions.create(f"{parent}-live-{index:02d}", header=header)
+                descriptor = snapshot_descriptor("continuable", provider="spawn", label="live")
+                session.append("subagent/descriptor", descriptor)
+                await runtimes[home].sessions.flush(session)
+        for home in order:
             started = time.perf_counter()
-            again = await rt.subagents.list_children(parent)
-            warm.append(time.perf_counter() - started)
-            assert again == rows
-    assert len(rows) == COLD_CHILDREN + LIVE_CHILDREN, f"{home.name}: {len(rows)} rows"
-    return first, min(warm)
+            rows[home] = await runtimes[home].subagents.list_children(parent)
+            first[home.name] = time.perf_counter() - started
+        for attempt in range(WARM):
+            for home in rotated(order, attempt, WARM):
+                started = time.perf_counter()
+                again = await runtimes[home].subagents.list_children(parent)
+                warm[home.name].append(time.perf_counter() - started)
+                assert again == rows[home]
+    for home, listed in rows.items():
+        assert len(listed) == COLD_CHILDREN + LIVE_CHILDREN, f"{home.name}: {len(listed)} rows"
+    return {name: (first[name], min(warm[name])) for name in first}
 
 
 def _ratios(values: dict[str, list[float]], num: str, den: str) -> dict[str, Any]:
@@ -189,12 +210,12 @@ async def _run(root: Path) -> dict[str, Any]:
     first: dict[str, list[float]] = {home.name: [] for home in listing_homes}
     warm: dict[str, list[float]] = {home.name: [] for home in listing_homes}
     for round_ in range(ROUNDS):
-        for home in rotated(folder_homes, round_, ROUNDS):
-            create[home.name].append(await _creations(home, paths[home], round_))
-        for home in rotated(listing_homes, round_, ROUNDS):
-            cold, hot = await _listings(home, paths[home], round_)
-            first[home.name].append(cold)
-            warm[home.name].append(hot)
+        for name, seconds in (await _creations(folder_homes, paths, round_)).items():
+            create[name].append(seconds)
+        restarts = [await _listings(listing_homes, paths, round_ * RESTARTS + restart) for restart in range(RESTARTS)]
+        for home in listing_homes:
+            first[home.name].append(min(restart[home.name][0] for restart in restarts))
+            warm[home.name].append(min(restart[home.name][1] for restart in restarts))
     return {"create": create, "first": first, "warm": warm, "build_seconds": built}
 
 
