@@ -278,26 +278,38 @@ class IndexFiles:
             _log.debug("jsonl index: cannot write the index of %s: %s", folder, error)
             return None
 
-    def add(self, view: IndexView, folder: str, stamp: Stamp, entries: Sequence[Entry]) -> IndexView | None:
+    def add(
+        self,
+        view: IndexView,
+        folder: str,
+        stamp: Stamp,
+        entries: Sequence[Entry],
+        *,
+        dups: Iterable[str] | None = None,
+    ) -> IndexView | None:
         """Record that `folder`, now in state `stamp`, holds `entries` besides what `view` says it holds.
 
         The lock is held and `view` is the file's current content. An entry replaces the one of
         the same name. This is how a store records the sessions it creates: one appended update
-        line, found without reading the folder or parsing its other entries, so its cost does not
-        depend on what the folder holds. Once the updates are many the file is folded into a new
-        base instead (as `store` does). Returns what the file now holds, or None when it could
-        not be written.
+        line, written without reading the folder or parsing its other entries. `dups`, when the
+        caller knows them, are the duplicate ids after the change; otherwise each entry's old
+        version and each id's other copies are looked up (a search of the whole base), so a
+        creation passes them to cost the same whatever the index holds. Once the updates are many
+        the file is folded into a new base instead (as `store` does). Returns what the file now
+        holds, or None when it could not be written.
         """
         try:
             changed = {entry[NAME]: entry for entry in entries}
             if _appendable(view) and view.update_entries + len(changed) <= _MAX_UPDATE_ENTRIES:
-                old: dict[str, Entry] = {}
-                for name in changed:
-                    existing = view.entry(folder, name)
-                    if existing is not None:
-                        old[name] = existing
-                dups = _dups_after(view, folder, old, changed)
-                return self._appended(view, encode_update(folder, stamp, changed.values(), (), dups, replace=False))
+                if dups is None:
+                    old: dict[str, Entry] = {}
+                    for name in changed:
+                        existing = view.entry(folder, name)
+                        if existing is not None:
+                            old[name] = existing
+                    dups = _dups_after(view, folder, old, changed)
+                line = encode_update(folder, stamp, changed.values(), (), dups, replace=False)
+                return self._appended(view, line)
             return self._rewritten(view.fold({**view.stamps, folder: stamp}, {folder: dict(changed)}))
         except _INDEX_ERRORS as error:
             _log.debug("jsonl index: cannot add to the index of %s: %s", folder, error)

@@ -373,7 +373,14 @@ class IndexView:
         for folder, names in changes.items():
             overlay.setdefault(folder, {}).update(names)
         kept = None if keep is None else set(keep)
-        touched = {orjson.dumps(folder): folder for folder in gone | set(overlay)}
+        # Folder and entry names as their lines spell them (this module writes every line with
+        # `orjson.dumps`), so the lines of untouched entries are compared as bytes, never decoded.
+        dropped = {orjson.dumps(folder) for folder in gone}
+        changed_names = {
+            orjson.dumps(folder): {orjson.dumps(name) for name in names}
+            for folder, names in overlay.items()
+            if folder not in gone
+        }
         kept_keys = None if kept is None else {orjson.dumps(folder) for folder in kept}
         sections: dict[bytes, list[bytes]] = {kind: [] for kind in _SECTIONS}
         ids: dict[bytes, int] = {}
@@ -389,8 +396,10 @@ class IndexView:
                 folder_key, name_key = (fields[2], fields[3]) if listed else (fields[1], fields[2])
                 if kept_keys is not None and folder_key not in kept_keys:
                     continue
-                changed = touched.get(folder_key)
-                if changed is not None and (changed in gone or _text(orjson.loads(name_key)) in overlay[changed]):
+                if folder_key in dropped:
+                    continue
+                spelled = changed_names.get(folder_key)
+                if spelled is not None and name_key in spelled:
                     continue
                 out.append(line)
                 if listed:

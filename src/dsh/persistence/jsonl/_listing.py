@@ -487,7 +487,8 @@ class StoreListing:
             # readers, and `close` once the clock has moved on, read the folder again.
             written = min(written, post.st_mtime_ns)
         stamp = Stamp(post.st_dev, post.st_mtime_ns, written)
-        stored = self.index.add(view, project_name, stamp, [own])
+        # A folder that was not there: no entry is replaced, and an `R` entry lists no id.
+        stored = self.index.add(view, project_name, stamp, [own], dups=view.dups)
         self._stored(project_name, stamp, stored)
         if stored is not None:
             with self._mutex:
@@ -520,7 +521,11 @@ class StoreListing:
                 if stamp is None or known is None or known[KIND] != "R" or known[INODE] != inode:
                     return
                 own = listed_entry(name, inode, header)
-                self._stored(project_name, stamp, self.index.add(view, project_name, stamp, [own]))
+                # The id is new to the store: materializing found no log of it in any project folder
+                # (an `L` copy elsewhere lives at `<project>/<its folder name>/`, where it looked), so
+                # the entry adds no duplicate the whole-store listing would report.
+                stored = self.index.add(view, project_name, stamp, [own], dups=view.dups)
+                self._stored(project_name, stamp, stored)
         except (OSError, SessionPersistenceError) as error:
             _log.debug("jsonl index: not updated for %s: %s", project, error)
 
