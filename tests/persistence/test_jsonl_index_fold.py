@@ -79,7 +79,11 @@ def test_folding_equals_encoding_the_whole_state(
     change: tuple[str, Stamp, dict[str, Entry], bool],
     keep: set[str] | None,
 ) -> None:
-    """A base, appended updates, then one more change (replacing a folder or not, keeping some folders)."""
+    """A base, appended updates, then one more change (replacing a folder or not, keeping some folders).
+
+    The view after the updates also lists every entry of the state (`full`), and the folded file
+    decodes to the state after the change.
+    """
     state: dict[str, dict[str, Entry]] = {folder: dict(named) for folder, (_, named) in base.items()}
     folder_stamps: dict[str, Stamp] = {folder: stamp for folder, (stamp, _) in base.items()}
     view = decode(encode_base(ARTIFACT, folder_stamps, state))
@@ -93,6 +97,7 @@ def test_folding_equals_encoding_the_whole_state(
         current.update((entry[NAME], entry) for entry in changed)
         state[folder] = current
         folder_stamps[folder] = stamp
+    assert view.full() == {name: state.get(name, {}) for name in folder_stamps}  # the overlaid view, parsed
     folder, stamp, named, replace = change
     changes: dict[str, Any] = {folder: dict(named)}
     if not replace:

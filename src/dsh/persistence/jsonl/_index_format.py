@@ -127,6 +127,35 @@ class Stamp(NamedTuple):
         return st.st_dev == self.dev and st.st_mtime_ns == self.mtime_ns
 
 
+class _ParsedBase:
+    """The entries of one base, parsed on first use and shared by every view of that base."""
+
+    __slots__ = ("_entries", "_mutex")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, dict[str, Entry]] | None = None
+        self._mutex = threading.Lock()
+
+    def entries(self, data: bytes, bounds: tuple[int, ...]) -> dict[str, dict[str, Entry]]:
+        """Folder -> name -> entry of every base line (never changed once built).
+
+        Raises:
+            ValueError: A malformed line.
+        """
+        with self._mutex:
+            if self._entries is not None:
+                return self._entries
+            out: dict[str, dict[str, Entry]] = {}
+            for line in _lines(data, bounds[1], bounds[5]):
+                parsed = _base_entry(line)
+                if parsed is None:
+                    raise ValueError("malformed index line")
+                folder, entry = parsed
+                out.setdefault(folder, {})[entry[NAME]] = entry
+            self._entries = out
+            return out
+
+
 class IndexView:
     """One version of the index file, as a reader sees it (never changed; cached per file version).
 
@@ -166,6 +195,7 @@ class IndexView:
         self._overlay_parents: dict[object, list[tuple[str, str]]] | None = None
         self._recheck: list[tuple[str, str]] | None = None
         self._full: dict[str, dict[str, Entry]] | None = None
+        self._base = _ParsedBase()
         self._mutex = threading.Lock()
 
     def updated(self, update: Mapping[str, Any]) -> IndexView:
@@ -194,14 +224,7 @@ class IndexView:
         for entry in entries:
             overlay[entry[NAME]] = entry
         view.dups = {_text(session_id) for session_id in update["dups"]}
-        if self._full is not None:
-            full = dict(self._full)
-            kept = {} if replace else dict(full.get(folder, {}))
-            for name in removed:
-                kept.pop(name, None)
-            kept.update((entry[NAME], entry) for entry in entries)
-            full[folder] = kept
-            view._full = full
+        view._base = self._base  # the same base: parsed at most once for every view of it
         return view
 
     def _from_base(self, folder: str, name: str) -> bool:
@@ -266,26 +289,30 @@ class IndexView:
         return found
 
     def full(self) -> dict[str, dict[str, Entry]]:
-        """Every entry of every folder (parses the whole file: writers, and readers that scanned)."""
+        """Every entry of every folder (the base is parsed once; writers' and scanning readers' need).
+
+        The entries of a folder no update touched are the parsed base's own mapping, shared: read
+        them, never change them.
+        """
         with self._mutex:
             cached = self._full
         if cached is not None:
             return cached
-        out: dict[str, dict[str, Entry]] = {folder: {} for folder in self.stamps}
-        for line in _lines(self.data, self.bounds[1], self.bounds[5]):
-            parsed = _base_entry(line)
-            if parsed is None:
-                raise ValueError("malformed index line")
-            folder_name, entry = parsed
-            if self._from_base(folder_name, entry[NAME]):
-                out.setdefault(folder_name, {})[entry[NAME]] = entry
-        for overlaid, overlay in self._overlay.items():
-            entries = out.setdefault(overlaid, {})
-            for entry_key, maybe in overlay.items():
-                if maybe is None:
-                    entries.pop(entry_key, None)
-                else:
-                    entries[entry_key] = maybe
+        base = self._base.entries(self.data, self.bounds)
+        out: dict[str, dict[str, Entry]] = {}
+        for folder in (*self.stamps, *base, *self._overlay):
+            if folder in out:
+                continue
+            entries = {} if folder in self._replaced else base.get(folder, {})
+            overlay = self._overlay.get(folder)
+            if overlay:
+                entries = dict(entries)
+                for name, maybe in overlay.items():
+                    if maybe is None:
+                        entries.pop(name, None)
+                    else:
+                        entries[name] = maybe
+            out[folder] = entries
         with self._mutex:
             self._full = out
         return out
@@ -344,11 +371,6 @@ class IndexView:
                 if maybe is not None and maybe[KIND] == "L" and maybe[SESSION_ID] == session_id
             )
         return found
-
-    def set_full(self, full: dict[str, dict[str, Entry]]) -> None:
-        """Record every entry when the caller already has them (a writer that just wrote the base)."""
-        with self._mutex:
-            self._full = full
 
     def fold(
         self,
