@@ -384,9 +384,10 @@ class IndexView:
 
         `changes` maps a folder to the entries that changed, by name (None: the entry went away); a
         folder in `replaced` first loses every entry it had. `stamps` are the folders' stamps after the
-        change, and `keep` (when given) the folders to keep. Lines of the base whose folder nothing
-        changed are copied as bytes and never decoded, so a rewrite costs a split of each line and a
-        sort, not a parse of the whole file. The duplicate ids are counted again from every listed line.
+        change, and `keep` (when given) the folders to keep. Every line of the base is copied as bytes
+        or dropped, never decoded (the names the changes touch are compared in their JSON spelling),
+        so a rewrite costs a split of each line and a sort, not a parse of the whole file. The
+        duplicate ids are counted again from every listed line.
         """
         gone = set(self._replaced) | set(replaced)
         overlay: dict[str, dict[str, Entry | None]] = {folder: dict(names) for folder, names in self._overlay.items()}
