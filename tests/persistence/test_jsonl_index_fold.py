@@ -1,8 +1,8 @@
 """Folding the parent index's updates into a new base gives exactly the file a whole re-encoding gives.
 
 `IndexView.fold` is the fast path of an index rewrite (docs/storage-format.md#parent-index): it copies
-the base lines of every folder nothing changed as bytes, decodes only the names of the folders that
-changed, and counts the duplicate ids again from the lines. The rule it must keep is `encode_base` of
+or drops every base line as bytes, comparing the names the updates touched in their JSON spelling,
+and counts the duplicate ids again from the lines. The rule it must keep is `encode_base` of
 the whole state (every folder's entries after every update), which parses nothing and writes
 everything; a differential property holds the first to the second on generated bases and updates.
 """
