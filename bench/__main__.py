@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 BENCHMARKS = [
     "p5_cold_read",
     "p6_append",
+    "home_growth",
     "append_latency",
     "p7_listing",
     "p123_catalog",

@@ -16,8 +16,12 @@ without them.
   the same through one `asyncio.to_thread` hop (the least a commit that keeps I/O off the event loop
   costs), and the hop alone.
 
-Both peers' connections run `journal_mode=WAL` with `synchronous=FULL` (checked on the connection:
-a run with anything else fails), the durability dsh's SQLite backend runs with.
+Each peer runs in two configurations. *Default*: exactly as its documentation opens it
+(`SQLiteSession(id, db_path=...)`; `SqliteSaver(sqlite3.connect(path, check_same_thread=False))`),
+with whatever journal mode and `synchronous` level that gives; the effective ones are read from the
+connection and reported. *Equal durability*: the connection is also set to `journal_mode=WAL` with
+`synchronous=FULL` (checked: a run with anything else fails), the durability dsh's SQLite backend
+runs with. (SQLite's own default is `synchronous=FULL`, so on most builds the two coincide.)
 """
 
 from __future__ import annotations
@@ -127,8 +131,20 @@ def check_durability(conn: sqlite3.Connection, who: str) -> None:
         raise RuntimeError(f"{who}: journal_mode={mode}, synchronous={sync}; expected wal and 2 (FULL)")
 
 
+def durability(conn: sqlite3.Connection) -> str:
+    """The connection's journal mode and `synchronous` level, as `journal_mode=..., synchronous=...`."""
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return f"journal_mode={mode}, synchronous={sync}"
+
+
 class OpenAIAgents(Variant):
-    """`SQLiteSession.add_items` of each turn's 20 items; each connection set to WAL + synchronous=FULL."""
+    """`SQLiteSession.add_items` of each turn's 20 items: in its default configuration, or with every
+    connection set to WAL + synchronous=FULL (`full_sync`)."""
+
+    def __init__(self, *, full_sync: bool) -> None:
+        self.full_sync = full_sync
+        self.durability = ""
 
     async def open(self, root: Path, turns: int) -> None:
         from agents.memory import SQLiteSession
@@ -139,32 +155,42 @@ class OpenAIAgents(Variant):
                 SQLiteSession._configure_connection(conn)
                 conn.execute("PRAGMA synchronous=FULL")
 
-        self.session = FullSyncSession("bench", db_path=root / "agents.sqlite3")
+        kind = FullSyncSession if self.full_sync else SQLiteSession
+        self.session = kind("bench", db_path=root / "agents.sqlite3")
         self.items = {turn: peer_items(turn) for turn in range(1, turns + 1)}
 
     async def turn(self, turn: int) -> None:
         await self.session.add_items(self.items[turn])  # type: ignore[arg-type]
 
     async def close(self) -> None:
-        check_durability(await asyncio.to_thread(self.session._get_connection), "openai-agents")
+        connection = await asyncio.to_thread(self.session._get_connection)
+        self.durability = durability(connection)
+        if self.full_sync:
+            check_durability(connection, "openai-agents")
         self.session.close()
 
 
 class LangGraphSaver(Variant):
-    """`SqliteSaver.put` of one checkpoint per turn: the conversation so far, or only the turn's messages."""
+    """`SqliteSaver.put` of one checkpoint per turn: the conversation so far, or only the turn's messages;
+    on a connection opened as its documentation opens one, or also set to WAL + synchronous=FULL."""
 
-    def __init__(self, *, agent_state: bool) -> None:
+    def __init__(self, *, agent_state: bool, full_sync: bool) -> None:
         self.agent_state = agent_state
+        self.full_sync = full_sync
+        self.durability = ""
 
     async def open(self, root: Path, turns: int) -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         self.connection = sqlite3.connect(root / "langgraph.sqlite3", check_same_thread=False)
-        self.connection.execute("PRAGMA journal_mode=WAL")
-        self.connection.execute("PRAGMA synchronous=FULL")
+        if self.full_sync:
+            self.connection.execute("PRAGMA journal_mode=WAL")
+            self.connection.execute("PRAGMA synchronous=FULL")
         self.saver = SqliteSaver(self.connection)
         self.saver.setup()
-        check_durability(self.connection, "langgraph")
+        if self.full_sync:
+            check_durability(self.connection, "langgraph")
+        self.durability = durability(self.connection)
         self.config: Any = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
         self.items = {turn: peer_items(turn) for turn in range(1, turns + 1)}
         self.conversation: list[dict[str, Any]] = []

@@ -48,8 +48,9 @@ def test_every_field_has_its_default() -> None:
     assert config.database_url is None
     assert config.persistence.write_batch_max_delay_ms == 200
     assert config.persistence.compression == "zstd"
-    assert config.cache.write_every_events == 256
+    assert config.cache.write_every_events == 200
     assert config.cache.write_interval_ms == 5000
+    assert config.cache.idle_ms == 1000
     assert config.subagent.cold_read_concurrency == 4 == DEFAULT_COLD_READ_CONCURRENCY
     assert config.subagent.max_depth == 3
     assert config.server.host == "127.0.0.1"

@@ -136,9 +136,10 @@ class PostgresConfig(_Section):
 class CacheConfig(_Section):
     """Projection-cache write policy (docs/projections.md#cache-write-policy)."""
 
-    write_every_events: int = Field(default=256, ge=1)
+    write_every_events: int = Field(default=200, ge=1)
     write_interval_ms: int = Field(default=5000, ge=1, le=_MAX_INT32)
     close_timeout_s: float = Field(default=10.0, gt=0)
+    idle_ms: int = Field(default=1000, ge=1, le=_MAX_INT32)
 
 
 class SubagentConfig(_Section):

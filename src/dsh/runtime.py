@@ -476,6 +476,7 @@ class Runtime:
             write_every_events=self.config.cache.write_every_events,
             write_interval_ms=self.config.cache.write_interval_ms,
             close_timeout_s=self.config.cache.close_timeout_s,
+            idle_ms=self.config.cache.idle_ms,
         )
         return await ProjectionCache.open(
             storage,

@@ -220,7 +220,7 @@ async def damage_descriptor(url: str, schema: str, session_id: str, data: str) -
     The revision moves as it would for any change of the stored log. The session's projection-cache
     row is deleted too (`forget_cache`): a cache row answers for the prefix it checkpointed without
     reading the log (docs/catalog.md#cached-identity), so the damage is what a reader meets when no
-    checkpoint covers it, as after a host that died before its turn-end checkpoint.
+    checkpoint covers it, as after a host that died before its first checkpoint.
     """
     await sql(
         url, "UPDATE {s}.events SET data = %s WHERE session_id = %s AND seq = 0", [data, session_id], schema=schema

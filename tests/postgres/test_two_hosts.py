@@ -49,7 +49,7 @@ async def test_each_host_lists_the_other_hosts_sessions_and_catalog_with_diagnos
         await write_family(a, "pa", 1_000)
         await write_family(b, "pb", 2_000)
         everything = family_ids("pa") + family_ids("pb")
-        # Each writer checkpoints its sessions in the shared cache at turn end, just after the flush.
+        # Each writer checkpoints its sessions in the shared cache once they go idle (a second after their turns).
         await until(lambda: equals(cached_ids(url, schema), sorted(everything)))
         await damage_family(url, schema, "pa")
         await damage_family(url, schema, "pb")

@@ -45,7 +45,7 @@ async def _fill(url: str, schema: str, workdir: Path) -> tuple[str, str]:
         refused = await b.refused("resume", id="sa")
         assert refused["code"] == "SESSION_LEASE_HELD"
         await b.ok("create", id="sb", created_at=3_001, turns=1)
-        # B's turn-end checkpoints land just after its flushes: let them land before B dies.
+        # B's checkpoints land once its sessions go idle: let them land before B dies.
         everything = sorted([*family_ids("pa"), *family_ids("pb"), "sa", "sb"])
         await until(lambda: equals(cached_ids(url, schema), everything))
         await a.quit()

@@ -20,7 +20,7 @@ from dsh.json import JsonValue
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.persistence.memory import MemoryBackend, MemoryStorage
 from dsh.projection import ProjectionRegistry
-from dsh.projection.cache import ProjectionCache
+from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
 from dsh.session import Session, SessionStore
 from dsh.testing.timer import ManualTimer
 from tests.projection.helpers import (
@@ -103,9 +103,15 @@ def storage_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture
+def policy() -> ProjectionCacheConfig:
+    """The stack's write policy (`POLICY`); a test parametrizes `policy` to use another one."""
+    return POLICY
+
+
 @pytest_asyncio.fixture
 async def stack(
-    storage_kind: str, store: SessionStore, registry: ProjectionRegistry, tmp_path: Path
+    storage_kind: str, store: SessionStore, registry: ProjectionRegistry, tmp_path: Path, policy: ProjectionCacheConfig
 ) -> AsyncIterator[CacheStack]:
     """The cache stack over the chosen storage, closed in the runtime's close order at teardown."""
     order: list[str] = []
@@ -116,7 +122,7 @@ async def stack(
     storage = SpyStorage(await open_storage(storage_kind, tmp_path / "cache" / "cache.sqlite3"), order)
     timer = ManualTimer()
     cache = await ProjectionCache.open(
-        storage, registry=registry, sessions=store, persistence=spy, config=POLICY, timer=timer
+        storage, registry=registry, sessions=store, persistence=spy, config=policy, timer=timer
     )
     built = CacheStack(storage_kind, store, registry, memory, coordinator, spy, storage, cache, timer, order)
     try:

@@ -268,7 +268,10 @@ STORAGE_KINDS = ("memory", "sqlite", "postgres")
 HANG_GUARD_S = 10.0
 """Generous timeout that only guards against hangs; never a timing assertion."""
 
-POLICY = ProjectionCacheConfig(write_every_events=3, write_interval_ms=250, close_timeout_s=5.0)
+POLICY = ProjectionCacheConfig(write_every_events=3, write_interval_ms=250, close_timeout_s=5.0, idle_ms=400)
+"""The cache stack's policy: count 3, interval 250 ms, and an idle trigger (400 ms) the interval always beats."""
+IDLE_POLICY = ProjectionCacheConfig(write_every_events=100, write_interval_ms=10_000, close_timeout_s=5.0, idle_ms=100)
+"""A policy whose idle trigger (100 ms) fires long before the count or the interval: parametrize `policy` with it."""
 
 
 async def until(predicate: Callable[[], bool], condition: asyncio.Condition | None = None) -> None:

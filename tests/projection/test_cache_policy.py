@@ -1,7 +1,9 @@
-"""The write policy: `turn/end`, disposal, count and interval throttles, fail-soft writes, `aclose`.
+"""The write policy: count, interval and idle triggers, disposal, fail-soft writes, `aclose`.
 
-The cache stack uses count throttle 3 and interval 250 ms on a `ManualTimer`, so time moves only when
-a test advances it. See docs/projections.md#cache-write-policy.
+The cache stack uses count throttle 3, interval 250 ms and idle 400 ms on a `ManualTimer`, so time
+moves only when a test advances it; the idle tests use `IDLE_POLICY` (idle 100 ms, count 100,
+interval 10 s). A flush or a `turn/end` writes nothing by itself. See
+docs/projections.md#cache-write-policy.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dsh.projection.cache import ProjectionCache, ProjectionCacheConfig
 from dsh.projection.cache_storage import MemoryCacheStorage
 from dsh.session import Session, SessionStore
 from dsh.testing.timer import ManualTimer
-from tests.projection.helpers import CacheStack, SpyStorage
+from tests.projection.helpers import IDLE_POLICY, POLICY, CacheStack, SpyStorage
 
 LOGGER = "dsh.projection.cache"
 
@@ -30,20 +32,72 @@ async def _seq_of(stack: CacheStack, session_id: str, key: str = "counter") -> i
     return None if record is None else record.rows[key]["seq"]
 
 
-async def test_turn_end_writes_exactly_one_record_at_the_turn_end_seq(stack: CacheStack, counter, emit):
-    """`turn/start` and `user/message` alone write nothing; `turn/end` writes one record at its seq."""
+@pytest.mark.parametrize("policy", [IDLE_POLICY])
+async def test_a_turn_end_and_its_flush_write_nothing_until_the_session_is_idle(stack: CacheStack, counter, emit):
+    """`turn/end` and the flush after it write nothing; the first idle check with no newer event writes once.
+
+    The idle timer is armed by `turn/start` at 0 ms; at 100 ms it sees the events of 50 ms and waits
+    again; at 200 ms nothing came since, so the session is idle and its turn-final value is written.
+    """
     stack.register(counter)
     session = stack.store.create("s")
     emit.turn_start(session)
+    stack.timer.advance_to(50)
     emit.user(session)
+    end = emit.turn_end(session)
+    await stack.store.flush(session)
     await stack.settle()
     assert stack.storage.puts == 0
 
-    end = emit.turn_end(session)
+    stack.timer.advance_to(199)
+    await stack.settle()
+    assert stack.storage.puts == 0
+    stack.timer.advance_to(200)
     await stack.settle()
 
     assert stack.storage.puts == 1
     assert await _seq_of(stack, "s") == end.seq
+    assert stack.timer.pending == 0
+
+
+@pytest.mark.parametrize("policy", [IDLE_POLICY])
+async def test_events_keep_a_session_from_going_idle(stack: CacheStack, counter, emit):
+    """Each time the idle timer fires after newer events it waits again; the write follows the last event."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    emit.user(session)
+    for at in (50, 150, 250):
+        stack.timer.advance_to(at)
+        emit.user(session)
+    last = session.events[-1]
+    stack.timer.advance_to(399)
+    await stack.settle()
+    assert stack.storage.puts == 0
+
+    stack.timer.advance_to(400)
+    await stack.settle()
+
+    assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == last.seq
+
+
+@pytest.mark.parametrize(
+    "policy", [ProjectionCacheConfig(write_every_events=10, write_interval_ms=10_000, idle_ms=10_000)]
+)
+async def test_turns_flushed_one_by_one_are_checkpointed_by_count_not_per_flush(stack: CacheStack, counter, emit):
+    """Six turns of four events, each flushed: the 24 events give two count writes, not six."""
+    stack.register(counter)
+    session = stack.store.create("s")
+    for turn in range(1, 7):
+        emit.turn_start(session, turn)
+        emit.user(session)
+        emit.user(session)
+        emit.turn_end(session, turn)
+        await stack.store.flush(session)
+        await stack.settle()
+
+    assert stack.storage.puts == 2
+    assert await _seq_of(stack, "s") == session.seq - 1  # the second cut was taken at the last flush
 
 
 async def test_the_count_throttle_writes_at_the_third_event(stack: CacheStack, counter, emit):
@@ -112,15 +166,16 @@ async def test_the_first_dirty_event_after_a_clean_write_arms_a_fresh_timer(stac
     assert stack.timer.next_due() == 650
 
 
-async def test_turn_end_does_not_count_and_resets_the_counter(stack: CacheStack, counter, emit):
-    """`turn/end` writes without counting; the count restarts from zero after it."""
+async def test_turn_end_counts_like_any_event_and_a_write_resets_the_counter(stack: CacheStack, counter, emit):
+    """`turn/end` is one more dirty event: the third event writes, and the count restarts from zero."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
     emit.user(session)
-    emit.turn_end(session)
+    end = emit.turn_end(session)
     await stack.settle()
     assert stack.storage.puts == 1
+    assert await _seq_of(stack, "s") == end.seq
 
     emit.user(session)
     emit.user(session)
@@ -145,11 +200,11 @@ async def test_a_burst_of_events_queues_one_count_write(stack: CacheStack, count
 
 
 async def test_disposal_writes_once_and_cancels_the_armed_timer(stack: CacheStack, counter, emit):
-    """`disposed` is a mandatory write; the dirty state and its timer go with it."""
+    """`disposed` is a mandatory write; the dirty state and its two timers go with it."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
-    assert stack.timer.pending == 1
+    assert stack.timer.pending == 2
 
     stack.store.dispose(session)
     await stack.settle()
@@ -161,8 +216,8 @@ async def test_disposal_writes_once_and_cancels_the_armed_timer(stack: CacheStac
     assert stack.cache._dirty == {}
 
 
-async def test_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack, counter, emit, caplog):
-    """A failing put logs the exact warning naming `turn-end` and the id; the next turn end heals."""
+async def test_a_failed_count_write_is_logged_and_healed(stack: CacheStack, counter, emit, caplog):
+    """A failing put logs the exact warning naming `count` and the id; the next count write heals."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.fail_puts.append(OSError("disk full"))
@@ -172,7 +227,7 @@ async def test_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack, c
         emit.turn_end(session)
         await stack.settle()
 
-    assert _failed("turn-end", "s", "projection cache storage failed: disk full") in caplog.messages
+    assert _failed("count", "s", "projection cache storage failed: disk full") in caplog.messages
     assert await stack.record("s") is None
 
     emit.turn_start(session, 2)
@@ -185,15 +240,16 @@ async def test_a_failed_turn_end_write_is_logged_and_healed(stack: CacheStack, c
 
 
 @pytest.mark.parametrize(
-    ("trigger", "act"),
+    ("trigger", "act", "policy"),
     [
-        ("count", lambda stack, emit, s: [emit.user(s) for _ in range(3)]),
-        ("interval", lambda stack, emit, s: (emit.user(s), stack.timer.advance(250))),
-        ("dispose", lambda stack, emit, s: stack.store.dispose(s)),
+        ("count", lambda stack, emit, s: [emit.user(s) for _ in range(3)], POLICY),
+        ("interval", lambda stack, emit, s: (emit.user(s), stack.timer.advance(250)), POLICY),
+        ("idle", lambda stack, emit, s: (emit.user(s), stack.timer.advance(100)), IDLE_POLICY),
+        ("dispose", lambda stack, emit, s: stack.store.dispose(s), POLICY),
     ],
 )
 async def test_every_trigger_logs_its_failure(stack: CacheStack, counter, emit, caplog, trigger: str, act):
-    """Count, interval and dispose writes are fail-soft and log the exact text with their trigger."""
+    """Count, interval, idle and dispose writes are fail-soft and log the exact text with their trigger."""
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.fail_puts.append(OSError("boom"))
@@ -205,7 +261,7 @@ async def test_every_trigger_logs_its_failure(stack: CacheStack, counter, emit, 
 
 
 async def test_a_failed_flush_is_logged_and_the_next_write_heals(stack: CacheStack, counter, emit, caplog):
-    """A write whose durability step fails logs and stores nothing; the next turn end lands."""
+    """A write whose durability step fails logs and stores nothing; the next count write lands."""
     stack.register(counter)
     session = stack.store.create("s")
     failures = [OSError("fsync failed")]
@@ -216,22 +272,25 @@ async def test_a_failed_flush_is_logged_and_the_next_write_heals(stack: CacheSta
 
     stack.store.on_flush(flaky_flush)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        emit.turn_end(session)
+        for _ in range(3):
+            emit.user(session)
         await stack.settle()
-    assert _failed("turn-end", "s", "fsync failed") in caplog.messages
+    assert _failed("count", "s", "fsync failed") in caplog.messages
     assert await stack.record("s") is None
 
-    end = emit.turn_end(session, 2)
+    emit.user(session)
+    emit.user(session)
+    third = emit.user(session)
     await stack.settle()
-    assert await _seq_of(stack, "s") == end.seq
+    assert await _seq_of(stack, "s") == third.seq
 
 
 async def test_an_armed_timer_writes_nothing_after_aclose(stack: CacheStack, counter, emit):
-    """`aclose` cancels the armed timer: advancing past it afterwards writes nothing."""
+    """`aclose` cancels the armed timers: advancing past them afterwards writes nothing."""
     stack.register(counter)
     session = stack.store.create("s")
     emit.user(session)
-    assert stack.timer.pending == 1
+    assert stack.timer.pending == 2
 
     await stack.cache.aclose()
     stack.timer.advance(1_000)
@@ -251,6 +310,8 @@ async def test_aclose_waits_for_an_in_flight_write(stack: CacheStack, counter, e
     stack.storage.hold_puts()
     landed: list[int] = []
     stack.storage.on_put = lambda sid, record: landed.append(record.rows["counter"]["seq"])
+    emit.user(session)
+    emit.user(session)
     end = emit.turn_end(session)
     await stack.storage.wait_held(1)
 
@@ -285,7 +346,8 @@ async def test_aclose_abandons_writes_past_the_timeout(
     store.on_flush(slow_flush)
     registry.register(counter.unit)
     session = store.create("s")
-    emit.turn_end(session)
+    for _ in range(3):
+        emit.user(session)
     await asyncio.sleep(0)
 
     with caplog.at_level(logging.WARNING, logger=LOGGER):
@@ -314,7 +376,8 @@ async def test_a_cancelled_aclose_still_stops_writes_and_closes_storage(stack: C
     stack.register(counter)
     session = stack.store.create("s")
     stack.storage.hold_puts()
-    emit.turn_end(session)
+    for _ in range(3):
+        emit.user(session)
     await stack.storage.wait_held(1)
 
     closing = asyncio.create_task(stack.cache.aclose())
@@ -378,7 +441,7 @@ def test_appends_and_disposal_outside_a_loop_log_instead_of_leaking_coroutines(c
         store.dispose(session)
 
     assert caplog.messages == [
-        _failed("turn-end", "s", "no running event loop"),
+        _failed("count", "s", "no running event loop"),
         _failed("count", "s", "no running event loop"),
         _failed("dispose", "s", "no running event loop"),
     ]

@@ -80,7 +80,7 @@ async def test_a_new_stack_serves_every_units_last_value_after_a_full_close(
     emit.title(parent, "first title")
     emit.turn_end(parent)
     child = first.store.fork(parent, child_id="child")
-    # Events after the last turn end: only the disposal write (at close) can cover them.
+    # Events after the last count write: only the disposal write (at close) can cover them.
     emit.user(parent)
     emit.title(parent, "final title")
     emit.user(child)

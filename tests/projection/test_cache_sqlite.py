@@ -243,8 +243,9 @@ async def test_the_next_policy_write_overwrites_an_undecodable_record(stack: Cac
     session = stack.store.create("s")
     await stack.put_raw("s", "not json at all", created_at=session.header.created_at)
     emit.user(session)
+    emit.user(session)
     with caplog.at_level(logging.ERROR, logger=STORAGE_LOGGER):
-        end = emit.turn_end(session)
+        end = emit.turn_end(session)  # the third dirty event: a count write
         await stack.settle()
 
     served = await stack.cache.cached_snapshot(session.header, SessionLogOffset(0))

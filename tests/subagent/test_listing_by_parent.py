@@ -5,8 +5,9 @@ The catalog reads the corpus filtered by parent: the children of one parent, one
 here is the enumeration it replaced, kept verbatim: one `list_sessions` read, pairing, and a parent
 index over the whole corpus. A hypothesis property builds JSONL homes with live and stored sessions,
 forks, ordinary sessions, damaged headers and logs, ids stored twice, parent cycles, sessions
-written after the parent index was built and damaged index files, and compares the rows of both for
-every root.
+written after the parent index was built, sessions another writer adds in the clock tick of the
+index write while this store creates sessions in the same folders (docs/storage-format.md#creations-and-the-index),
+and damaged index files, and compares the rows of both for every root.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsh.abort import AbortSignal
+from dsh.persistence.jsonl import _index as index_module
+from dsh.persistence.jsonl import project_key
 from dsh.session import HeaderInit, Session, SessionHeader, SessionId
 from dsh.subagent import listing as catalog
 from dsh.subagent.rows import SubagentDescendantEntry, SubagentListEntry
@@ -130,8 +134,9 @@ class Spec:
 
 
 @st.composite
-def homes(draw: st.DrawFn) -> tuple[list[Spec], list[str]]:
-    """A list of sessions (each id once) and the project folders whose index file gets damaged."""
+def homes(draw: st.DrawFn) -> tuple[list[Spec], list[str], bool]:
+    """A list of sessions (each id once), the project folders whose index file gets damaged, and
+    whether the late sessions are written in the clock tick of the index write."""
     chosen = draw(st.lists(st.sampled_from(_IDS), unique=True, max_size=len(_IDS)))
     specs = [
         Spec(
@@ -146,7 +151,7 @@ def homes(draw: st.DrawFn) -> tuple[list[Spec], list[str]]:
         for session_id in chosen
     ]
     spoiled = draw(st.lists(st.sampled_from(["_no-cwd", "--w-one--", "--w-two--"]), unique=True, max_size=2))
-    return specs, spoiled
+    return specs, spoiled, draw(st.booleans())
 
 
 def _header(spec: Spec, **overrides: object) -> dict[str, object]:
@@ -206,15 +211,40 @@ async def _live(stack: Stack, spec: Spec) -> None:
         await stack.store.flush(session)
 
 
-async def _build(stack: Stack, specs: list[Spec], spoiled: list[str]) -> None:
+async def _one_tick(stack: Stack) -> int:
+    """Pin every project folder and the index write to one clock tick `T`: the index is rewritten "at
+    `T`" with every folder at `T`, so each stamp is racily clean (a coarse clock's same tick)."""
+    folders = [folder for folder in stack.root.iterdir() if folder.is_dir()] if stack.root.is_dir() else []
+    tick = max((os.lstat(folder).st_mtime_ns for folder in folders), default=0) + 5_000_000_000
+    for folder in folders:
+        os.utime(folder, ns=(tick, tick))
+    with mock.patch.object(index_module.Writer, "stamp", return_value=tick):
+        await stack.coordinator.list(parents={PARENT})
+    return tick
+
+
+def _same_tick(stack: Stack, spec: Spec, tick: int) -> None:
+    """Set back to `T` the folders another writer just changed: its session came in the index's tick."""
+    for cwd in {spec.cwd, *((cwd for cwd in _CWDS if cwd != spec.cwd) if spec.kind == "twice" else ())}:
+        folder = stack.root / project_key(cwd)
+        if folder.is_dir():
+            os.utime(folder, ns=(tick, tick))
+
+
+async def _build(stack: Stack, specs: list[Spec], spoiled: list[str], tick: bool) -> None:
+    at: int | None = None
     for late in (False, True):
+        if late and tick:
+            at = await _one_tick(stack)
         for spec in specs:
             if spec.late != late:
                 continue
             if spec.kind in ("live", "live-stored"):
-                await _live(stack, spec)
+                await _live(stack, spec)  # a live-stored session is created by this store, in the index
             else:
-                await _store(stack, spec)
+                await _store(stack, spec)  # another writer, which knows nothing of the index
+                if at is not None:
+                    _same_tick(stack, spec, at)
         if not late:
             # A filtered read in a writing store (re)writes the index of every folder it scans.
             await stack.coordinator.list(parents={PARENT})
@@ -233,14 +263,14 @@ async def _compare(stack: Stack) -> None:
 @pytest.mark.slow
 @settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(home=homes())
-def test_rows_equal_the_whole_corpus_enumeration(home: tuple[list[Spec], list[str]]) -> None:
+def test_rows_equal_the_whole_corpus_enumeration(home: tuple[list[Spec], list[str], bool]) -> None:
     """For every root, children and descendants by parent equal the whole-corpus rows (hasChildren included)."""
-    specs, spoiled = home
+    specs, spoiled, tick = home
 
     async def scenario() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             async with open_stack(Path(tmp)) as stack:
-                await _build(stack, specs, spoiled)
+                await _build(stack, specs, spoiled, tick)
                 await _compare(stack)
 
     asyncio.run(scenario())

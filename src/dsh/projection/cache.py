@@ -4,8 +4,9 @@ Layer: projection (`Services.projection_cache`). It lets readers show projection
 sessions without reading logs (`cached_snapshot`, zero log reads) and lets a cold fold replay only a
 tail (`cold_snapshot`). It is optional and derived: the log is the only authority, the log always
 leads (a record lands only after the events it covers are durable), and a cache fault never
-produces a verdict. Writes happen at `turn/end`, at disposal, and by a count and an interval
-throttle; they are fail-soft, and the next write heals a failed one.
+produces a verdict. Writes follow a policy, never every flush: when enough events (count) or time
+(interval) have passed since the last checkpoint, when the session goes idle, and at disposal;
+they are fail-soft, and the next write heals a failed one (docs/projections.md#cache-write-policy).
 
 Ordering: every write of one id runs under that id's FIFO slot, so writes of one id never overlap
 or reorder, and each takes its cut when it gets the slot (the disposal write takes it earlier, in
@@ -45,7 +46,7 @@ __all__ = ["ProjectionCache", "ProjectionCacheConfig"]
 
 _log = logging.getLogger(__name__)
 
-Trigger = Literal["turn-end", "count", "interval", "dispose"]
+Trigger = Literal["count", "interval", "idle", "dispose"]
 
 _NOT_JSON_MESSAGE: Final = (
     "projection checkpoint is not losslessly JSON-serializable (a unit state violates the plain-JSON contract)"
@@ -63,14 +64,16 @@ class ProjectionCacheConfig:
         write_every_events: Count throttle: write after this many dirty events (>= 1).
         write_interval_ms: Interval throttle: write this long after the first dirty event (>= 1).
         close_timeout_s: How long `aclose` waits for in-flight writes before abandoning them (> 0).
+        idle_ms: Idle trigger: write once the session received no event for this long (>= 1).
     """
 
-    write_every_events: int = 256
+    write_every_events: int = 200
     write_interval_ms: int = 5000
     close_timeout_s: float = 10.0
+    idle_ms: int = 1000
 
     def __post_init__(self) -> None:
-        for name in ("write_every_events", "write_interval_ms"):
+        for name in ("write_every_events", "write_interval_ms", "idle_ms"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
@@ -91,16 +94,30 @@ class _Cut:
 class _Dirty:
     """Write-policy state of one live session.
 
-    `queued` is set while a policy write is waiting for its cut: that cut will cover every event
-    that arrives meanwhile, so those events neither count nor arm the interval timer.
+    `pending` counts the dirty events since the last cut; `queued` is set while a policy write is
+    waiting for its cut: that cut will cover every event that arrives meanwhile, so those events
+    neither count nor arm a timer. `timer` is the interval timer (armed once per clean period, never
+    moved); `idle` is the idle timer and `idle_mark` the `pending` it saw when it was armed: when it
+    fires with more events since, it is armed again instead of writing.
     """
 
-    __slots__ = ("pending", "queued", "timer")
+    __slots__ = ("idle", "idle_mark", "pending", "queued", "timer")
 
     def __init__(self) -> None:
         self.pending = 0
         self.queued = False
         self.timer: TimerHandle | None = None
+        self.idle: TimerHandle | None = None
+        self.idle_mark = 0
+
+    def disarm(self) -> None:
+        """Cancel both timers."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.idle is not None:
+            self.idle.cancel()
+            self.idle = None
 
 
 class _Slot:
@@ -363,9 +380,7 @@ class ProjectionCache:
         if dirty is not None:
             dirty.pending = 0
             dirty.queued = False
-            if dirty.timer is not None:
-                dirty.timer.cancel()
-                dirty.timer = None
+            dirty.disarm()
         self._cut_serial += 1
         if self._cold_reads:
             self._recent_cuts[session.id] = self._cut_serial
@@ -413,46 +428,70 @@ class ProjectionCache:
         self._published.add(session)
 
     def _on_event(self, session: Session, event: SessionEvent) -> None:
+        # On every append of every live session: a few attribute operations, no allocation once the
+        # session's state exists, and no write unless a trigger fires (docs/projections.md#cache-write-policy).
         if self._closed:
             return
         dirty = self._dirty.get(session)
         if dirty is None:
             dirty = self._dirty[session] = _Dirty()
-        if event.type == "turn/end":
-            # Mandatory; the write's cut resets the counter, so turn/end itself does not count.
-            dirty.queued = True
-            self._spawn("turn-end", session, None)
-            return
         if dirty.queued:
             return
         dirty.pending += 1
         if dirty.pending >= self._config.write_every_events:
             dirty.queued = True
             self._spawn("count", session, None)
-        elif dirty.timer is None:
-            # Armed by the first dirty event after a clean write; later events never move it.
+            return
+        if dirty.timer is None or dirty.idle is None:
+            # Both timers are armed by the first dirty event after a clean write; later events
+            # never move the interval, and the idle timer re-arms itself when it fires too early.
             try:
-                dirty.timer = self._timer.call_later(self._config.write_interval_ms, lambda: self._on_interval(session))
+                if dirty.timer is None:
+                    dirty.timer = self._timer.call_later(
+                        self._config.write_interval_ms, lambda: self._on_interval(session)
+                    )
+                if dirty.idle is None:
+                    dirty.idle_mark = dirty.pending
+                    dirty.idle = self._timer.call_later(self._config.idle_ms, lambda: self._on_idle(session))
             except RuntimeError:
                 # The default timer needs a running loop; without one no write could run anyway.
+                dirty.disarm()
                 _log.warning(_WRITE_FAILED, "interval", session.id, "no running event loop")
+
+    def _may_write(self, session: Session, dirty: _Dirty) -> bool:
+        """Whether a policy write may start for a session one of whose timers fired."""
+        return not (self._closed or dirty.queued) and self._sessions.get(session.id) is session
 
     def _on_interval(self, session: Session) -> None:
         dirty = self._dirty.get(session)
-        if dirty is None or self._closed:
+        if dirty is None:
             return
         dirty.timer = None
-        if dirty.queued or self._sessions.get(session.id) is not session:
+        if self._may_write(session, dirty):
+            dirty.queued = True
+            self._spawn("interval", session, None)
+
+    def _on_idle(self, session: Session) -> None:
+        dirty = self._dirty.get(session)
+        if dirty is None:
+            return
+        dirty.idle = None
+        if not self._may_write(session, dirty) or dirty.pending == 0:
+            return
+        if dirty.pending != dirty.idle_mark:
+            # Events arrived since the timer was armed: the session is not idle yet.
+            dirty.idle_mark = dirty.pending
+            dirty.idle = self._timer.call_later(self._config.idle_ms, lambda: self._on_idle(session))
             return
         dirty.queued = True
-        self._spawn("interval", session, None)
+        self._spawn("idle", session, None)
 
     def _on_disposed(self, session: Session) -> None:
         if self._closed:
             return
         dirty = self._dirty.pop(session, None)
-        if dirty is not None and dirty.timer is not None:
-            dirty.timer.cancel()
+        if dirty is not None:
+            dirty.disarm()
         if session not in self._published:
             return  # a vetoed publication: the session was never live and nothing of it is stored
         self._published.discard(session)
@@ -509,9 +548,7 @@ class ProjectionCache:
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
             for dirty in self._dirty.values():
-                if dirty.timer is not None:
-                    dirty.timer.cancel()
-                    dirty.timer = None
+                dirty.disarm()
             self._dirty.clear()
             tasks = set(self._tasks)
             try:

@@ -51,19 +51,21 @@ from dsh.persistence.errors import (
     StoreMisconfiguredError,
 )
 from dsh.persistence.jsonl._files import (
+    FILE_READS,
     LOG_NAMES,
     TAIL_BYTES,
     Opener,
     append_durably,
     check_contiguous,
     check_flat,
-    ensure_dir,
     fd_revision,
     flat_legacy_error,
+    fsync_dir,
     keep_torn_copy,
     link_new_file,
     log_compression,
     log_in,
+    make_dirs,
     path_exists,
     project_dirs,
     raw_open,
@@ -263,6 +265,7 @@ class JsonlBackend:
                     if os.path.isdir(directory) and not os.path.islink(directory):
                         self._sweep_session_dir(directory, name)
                 continue
+            FILE_READS.add("folder")
             try:
                 entries = list(os.scandir(project))
             except OSError:
@@ -550,8 +553,12 @@ class JsonlBackend:
         compression = self.compression
         data = self._frame(encode_header(header), compression) + (self._frame(body, compression) if body else b"")
         project = os.path.dirname(directory)
-        pre = _lstat(project)
-        ensure_dir(directory)
+        name = os.path.basename(directory)
+        # The session folder is created under the parent index's lock, which records it without
+        # reading the project folder. The new folders are made durable after the log (before this
+        # returns): the log's fsync then commits their creation too, and their own fsyncs find
+        # nothing left to write on a journaling filesystem.
+        created = self._listing.create_folder(project, name, lambda: make_dirs(directory))
         try:
             st = link_new_file(path, data, self._write_and_sync)
         except FileExistsError as error:
@@ -560,6 +567,8 @@ class JsonlBackend:
                 session_id=session_id,
                 location=path,
             ) from error
+        for folder_path in reversed(created):
+            fsync_dir(os.path.dirname(folder_path))
         revision = revision_of(st, data[-TAIL_BYTES:])
         with self._mutex:
             _bounded_put(self._paths, session_id, path)
@@ -567,7 +576,7 @@ class JsonlBackend:
         self._keep_open(session_id, path, st=st, next_seq=len(events), data=data, revision=revision)
         folder = _lstat(directory)
         if folder is not None:
-            self._listing.note_materialized(project, os.path.basename(directory), header, folder.st_ino, pre)
+            self._listing.note_materialized(project, name, header, folder.st_ino)
         return revision
 
     def _open_log(self, session_id: str) -> tuple[str, int]:

@@ -28,7 +28,8 @@ import os
 from dsh.persistence.base import DamagedSession
 from dsh.persistence.errors import SessionCorruptionError, SessionPersistenceError
 from dsh.persistence.jsonl._format import LogContext, decode_segment
-from dsh.persistence.jsonl._index import KIND, SESSION_ID, IndexFiles
+from dsh.persistence.jsonl._index import IndexFiles
+from dsh.persistence.jsonl._index_format import KIND, SESSION_ID
 
 __all__ = ["headless_log", "project_damage"]
 

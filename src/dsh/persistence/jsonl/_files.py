@@ -58,6 +58,7 @@ __all__ = [
     "is_file",
     "keep_torn_copy",
     "link_new_file",
+    "make_dirs",
     "not_regular",
     "project_dirs",
     "project_entries",
@@ -100,10 +101,12 @@ class FileReads:
     """How many files the JSONL backend opened for reading, by purpose, in this process (thread-safe).
 
     Purposes: `head` (a listing read a header record and the revision), `log` (a whole log was
-    read), `revision` (only the last 4 KiB), `index` (a parent index file was read and parsed). The
-    counts are counted where the backend opens the files, below every cache and wrapper, so a test can
-    prove what one command costs (for example that listing one parent's children opens O(children)
-    header files, docs/storage-format.md#parent-index).
+    read), `revision` (only the last 4 KiB), `index` (a parent index file was read and parsed),
+    `folder` (a project folder's entries were listed: a scan, or the index reading a folder again).
+    The counts are counted where the backend opens the files, below every cache and wrapper, so a
+    test can prove what one command costs (for example that listing one parent's children opens
+    O(children) header files, or that creating a session lists no folder,
+    docs/storage-format.md#parent-index).
     """
 
     def __init__(self) -> None:
@@ -430,18 +433,31 @@ def ensure_dir(directory: str) -> None:
     Raises:
         StoreMisconfiguredError: Something that is not a directory is in the way.
     """
+    for created in make_dirs(directory):
+        fsync_dir(os.path.dirname(created))
+
+
+def make_dirs(directory: str) -> list[str]:
+    """Create `directory` and its missing parents with mode 0700; the folders created, outermost first.
+
+    Nothing is fsynced: the caller makes each creation durable (`fsync_dir` of each created folder's
+    parent) before it relies on it.
+
+    Raises:
+        StoreMisconfiguredError: Something that is not a directory is in the way.
+    """
     if os.path.isdir(directory):
-        return
+        return []
     parent = os.path.dirname(directory)
-    if parent != directory:
-        ensure_dir(parent)
+    created = make_dirs(parent) if parent != directory else []
     try:
         os.mkdir(directory, _DIR_MODE)
     except FileExistsError:
         if not os.path.isdir(directory):
             raise StoreMisconfiguredError(f'"{directory}" exists and is not a directory', location=directory) from None
-        return
-    fsync_dir(parent)
+        return created
+    created.append(directory)
+    return created
 
 
 def link_new_file(path: str, data: bytes, write: Write) -> os.stat_result:

@@ -149,7 +149,8 @@ def encode_batch(records: Iterable[Mapping[str, Any]]) -> bytes:
 # Errors with context
 
 
-# Not dataclasses: records on the start-up path are cheap to define (docs/architecture.md#import-cost).
+# Private and built on a hot path, never handed out: a NamedTuple is the cheapest record to build
+# (docs/architecture.md#import-cost).
 class LogContext(NamedTuple):
     """Who a decode is for, so errors carry the session id and the artifact path."""
 

@@ -11,8 +11,10 @@ parsed and validated once. `StoreListing` is the listing itself:
   the entries every listing re-reads (damaged ones and those still being created); a folder
   without a fresh index is scanned;
 * a writing store also keeps the index: a scan of a folder whose index is not fresh writes a new
-  one, every materialization updates its folder's index, `open` refreshes every folder and
-  `close` rewrites the indexes it left "racily clean" once the clock has moved on.
+  one, every session it creates is appended to its folder's index without reading the folder
+  (`create_folder`, then `note_materialized`), `open` refreshes every folder, and `close` rewrites
+  the indexes it left "racily clean" once the clock has moved on and reads again the folders it
+  added sessions to.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 from dsh.persistence.base import DamagedSession, ParentFilter, Revision
@@ -35,6 +37,7 @@ from dsh.persistence.errors import (
 from dsh.persistence.headers import read_stored_header
 from dsh.persistence.jsonl._damage import headless_log, project_damage
 from dsh.persistence.jsonl._files import (
+    FILE_READS,
     LOG_NAMES,
     Opener,
     flat_legacy_error,
@@ -53,7 +56,6 @@ from dsh.persistence.jsonl._format import (
 from dsh.persistence.jsonl._index import (
     INODE,
     KIND,
-    NAME,
     Entry,
     IndexFiles,
     IndexView,
@@ -75,6 +77,8 @@ INDEX_ARTIFACTS: Final = " ".join(LOG_NAMES)
 """What the parent index says it was built for: a reader that takes each session's log in either
 encoding. An index built for one log file name (by an earlier dsh) is not used, and is rebuilt."""
 
+_STAMP_TRIES: Final = 3
+"""How many write timestamps a creation takes, at most, to get one later than the folder's time."""
 _SETTLE_TRIES: Final = 25
 _SETTLE_PAUSE_S: Final = 0.001
 """At close, a racily clean index is rewritten once the filesystem clock has moved past the folder's
@@ -232,6 +236,7 @@ class StoreListing:
         self.index = index
         self._mutex = threading.Lock()
         self._racy: set[str] = set()
+        self._added: set[str] = set()
         self._access: dict[str, tuple[tuple[int, int, int, int], bool]] = {}
 
     # ---------------------------------------------------------------- listing
@@ -376,6 +381,7 @@ class StoreListing:
         self, name: str, path: str, read: list[Listed], damaged: list[DamagedSession]
     ) -> tuple[os.stat_result, dict[str, Entry]] | None:
         """Read every entry of one project folder: its `lstat` taken before, and its index entries."""
+        FILE_READS.add("folder")
         try:
             pre = os.lstat(path)
             entries = list(os.scandir(path))
@@ -432,17 +438,13 @@ class StoreListing:
             else:
                 self._racy.discard(name)
 
-    def _relist(
-        self, project: str, project_name: str, known: Mapping[str, Entry], own: Entry | None = None
-    ) -> dict[str, Entry]:
+    def _relist(self, project: str, project_name: str, known: Mapping[str, Entry]) -> dict[str, Entry]:
         """The folder's entries now: `known` entries whose name and inode are unchanged are kept, the
-        rest is read again; `own` (a session this writer just published) is taken as given."""
+        rest is read again."""
         out: dict[str, Entry] = {}
+        FILE_READS.add("folder")
         for entry in os.scandir(project):
             inode = entry.inode()
-            if own is not None and entry.name == own[NAME] and inode == own[INODE]:
-                out[entry.name] = own
-                continue
             old = known.get(entry.name)
             if old is not None and old[INODE] == inode and old[KIND] in ("L", "I"):
                 out[entry.name] = old
@@ -451,16 +453,73 @@ class StoreListing:
             out[entry.name] = _entry_of(entry, kind, outcome)
         return out
 
-    def note_materialized(
-        self, project: str, name: str, record: Mapping[str, Any], inode: int, pre: os.stat_result | None
-    ) -> None:
-        """Update the index after this writer materialized session folder `name` in `project`.
+    def create_folder(self, project: str, name: str, make: Callable[[], list[str]]) -> list[str]:
+        """Run `make()`, which creates session folder `name` in `project`, and record the new folder
+        in the parent index without reading the project folder (docs/storage-format.md#creations-and-the-index).
 
-        `pre` is the project folder's `lstat` taken before the session folder was created (None
-        when the project folder did not exist). When the index described the folder as it was then,
-        only entries added, removed or replaced since (by name and inode) are read, and the new
-        session's entry comes from its header; otherwise the whole folder is read. Never raises:
-        the index is derived data, and a failed update only leaves the folder not fresh.
+        `make` returns the folders it created (outermost first, nothing fsynced); its result is
+        returned and its errors propagate. A writing store holds the index lock around it, so no
+        other dsh writer changes the index or creates a session in between: when the index
+        described the project folder just before (its stamp has the folder's time then) and the
+        folder changed by exactly this one new subfolder (its time moved and, where the link count
+        counts subfolders, the count grew by one), the new folder is appended to the index as an
+        entry still being created (`R`) with the folder's new stamp. Otherwise the project folder is
+        read again, as every index write did before. `note_materialized` then records the log's
+        header. Index failures are logged at debug level and never fail the creation.
+        """
+        project_name = os.path.basename(project)
+        if not (self.index.writable and indexable(project_name)):
+            return make()
+        with self.index.lock() as writer:
+            if writer is None:
+                return make()
+            view = self.index.load()
+            pre = _lstat(project)
+            created = make()
+            if os.path.join(project, name) in created:
+                try:
+                    self._created(writer, view, project, name, pre)
+                except (OSError, SessionPersistenceError) as error:
+                    _log.debug("jsonl index: not updated for %s: %s", project, error)
+            return created
+
+    def _created(
+        self, writer: Writer, view: IndexView | None, project: str, name: str, pre: os.stat_result | None
+    ) -> None:
+        project_name = os.path.basename(project)
+        post = os.lstat(project)
+        if post.st_dev != writer.device:
+            return
+        if view is not None and view.artifact != self.reader.artifact:
+            view = None
+        old = None if view is None else view.stamps.get(project_name)
+        if view is None or old is None or pre is None or not old.same_folder(pre) or not _only_one_added(pre, post):
+            self._update(writer, project, project_name, pre)
+            return
+        own = other_entry(name, os.lstat(os.path.join(project, name)).st_ino, "R")
+        written = _stamp_after(writer, post.st_mtime_ns)
+        if old.racy():
+            # The index was not proven fresh for the folder before: neither is it after. The stamp
+            # is made racily clean (written at the folder's time), whatever the clocks did, so
+            # readers, and `close` once the clock has moved on, read the folder again.
+            written = min(written, post.st_mtime_ns)
+        stamp = Stamp(post.st_dev, post.st_mtime_ns, written)
+        # A folder that was not there: no entry is replaced, and an `R` entry lists no id.
+        stored = self.index.add(view, project_name, stamp, [own], dups=view.dups)
+        self._stored(project_name, stamp, stored)
+        if stored is not None:
+            with self._mutex:
+                self._added.add(project_name)
+
+    def note_materialized(self, project: str, name: str, record: Mapping[str, Any], inode: int) -> None:
+        """Record the header of the session this writer just materialized in folder `name` of `project`.
+
+        `create_folder` recorded the folder as still being created (`R`); now that its log is
+        complete and durable, that entry becomes the listed entry (`L`) of the header just
+        written, in one appended update. The folder's stamp does not change: the log was linked
+        inside the session folder, which leaves the project folder as it was. When the index does
+        not hold that `R` entry any more (the folder was re-read meanwhile, or is not indexed),
+        nothing is written: a re-read found the folder as it is. Never raises.
         """
         project_name = os.path.basename(project)
         if not (self.index.writable and indexable(project_name)):
@@ -468,18 +527,28 @@ class StoreListing:
         try:
             header, _ = read_stored_header(record)
         except StoredHeaderError:
-            header = None
-        own = listed_entry(name, inode, header) if header is not None else None
+            return  # not listable: the entry stays one every listing re-reads
         try:
             with self.index.lock() as writer:
-                if writer is not None:
-                    self._update(writer, project, project_name, own, pre)
+                view = self.index.load() if writer is not None else None
+                if view is None or view.artifact != self.reader.artifact:
+                    return
+                stamp = view.stamps.get(project_name)
+                known = view.entry(project_name, name)
+                if stamp is None or known is None or known[KIND] != "R" or known[INODE] != inode:
+                    return
+                own = listed_entry(name, inode, header)
+                # The id is new to the store: materializing found no log of it in any project folder
+                # (an `L` copy elsewhere lives at `<project>/<its folder name>/`, where it looked), so
+                # the entry adds no duplicate the whole-store listing would report.
+                stored = self.index.add(view, project_name, stamp, [own], dups=view.dups)
+                self._stored(project_name, stamp, stored)
         except (OSError, SessionPersistenceError) as error:
             _log.debug("jsonl index: not updated for %s: %s", project, error)
 
-    def _update(
-        self, writer: Writer, project: str, project_name: str, own: Entry | None, pre: os.stat_result | None
-    ) -> None:
+    def _update(self, writer: Writer, project: str, project_name: str, pre: os.stat_result | None) -> None:
+        """Record the project folder as it is now, reading it: entries known by name and inode from
+        a stamp that still describes the folder as it was at `pre` are kept, the rest is read."""
         written_ns = writer.stamp()
         post = os.lstat(project)
         if post.st_dev != writer.device:
@@ -490,12 +559,13 @@ class StoreListing:
         old = None if view is None else view.stamps.get(project_name)
         usable = (pre is None and old is None) or (old is not None and pre is not None and old.same_folder(pre))
         known = view.folder_entries(project_name) if usable and view is not None else {}
-        entries = self._relist(project, project_name, known, own)
+        entries = self._relist(project, project_name, known)
         stamp = Stamp(post.st_dev, post.st_mtime_ns, written_ns)
         self._stored(project_name, stamp, self.index.store(view, self.reader.artifact, project_name, stamp, entries))
 
-    def _refresh_racy(self, name: str, path: str) -> _Refresh:
-        """Rewrite a racily clean folder's index once the filesystem clock has moved past its time.
+    def _refresh_racy(self, name: str, path: str, *, verify: bool = False) -> _Refresh:
+        """Rewrite a racily clean folder's index once the filesystem clock has moved past its time
+        (with `verify`, a fresh one too: the folder is read again in any case).
 
         The folder still has its recorded time; entries added, removed or replaced within that
         clock tick are found by name and inode and read, the rest is kept.
@@ -511,7 +581,7 @@ class StoreListing:
                 return "stale"
             if view is None or old is None or not old.same_folder(st):
                 return "stale"
-            if not old.racy():
+            if not (old.racy() or verify):
                 return "clean"
             written_ns = writer.stamp()
             if writer.device != st.st_dev or written_ns <= st.st_mtime_ns:
@@ -566,21 +636,25 @@ class StoreListing:
                 _log.debug("jsonl index: cannot refresh %s: %s", folder.path, error)
 
     def settle(self) -> None:
-        """At close: rewrite the racily clean folder states this store wrote, once the clock allows."""
+        """At close: rewrite the racily clean folder states this store wrote, once the clock allows,
+        and read again the folders it recorded sessions in without reading them (`create_folder`):
+        what a process that does not take the index lock changed there during a creation is then
+        in the index (docs/storage-format.md#parent-index)."""
         with self._mutex:
-            pending, self._racy = sorted(self._racy), set()
-        for name in pending:
+            racy, self._racy = self._racy, set()
+            added, self._added = self._added, set()
+        for name in sorted(racy | added):
             try:
-                self._settle_one(name, os.path.join(self.root, name), tries=_SETTLE_TRIES)
+                self._settle_one(name, os.path.join(self.root, name), tries=_SETTLE_TRIES, verify=name in added)
             except (OSError, SessionPersistenceError) as error:
                 _log.debug("jsonl index: cannot settle %s: %s", name, error)
 
-    def _settle_one(self, name: str, path: str, *, tries: int) -> _Refresh:
+    def _settle_one(self, name: str, path: str, *, tries: int, verify: bool = False) -> _Refresh:
         state: _Refresh = "wait"
         for attempt in range(tries):
             if attempt:
                 time.sleep(_SETTLE_PAUSE_S)
-            state = self._refresh_racy(name, path)
+            state = self._refresh_racy(name, path, verify=verify)
             if state != "wait":
                 break
         return state
@@ -593,6 +667,42 @@ def _log_path(directory: str) -> str:
         if os.path.lexists(path):
             return path
     return os.path.join(directory, LOG_NAMES[0])
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _only_one_added(pre: os.stat_result, post: os.stat_result) -> bool:
+    """Whether a project folder whose `lstat` was `pre` before one subfolder was created in it, and
+    is `post` now, changed by that creation alone, as far as its inode tells.
+
+    Its modification time must have moved. Where the link count counts subfolders (2 plus one per
+    subfolder: ext4, XFS, tmpfs ...) it must have grown by exactly one, so another process's session
+    folder created in the same moment shows; where it does not (btrfs keeps 1) only the time is
+    checked (docs/storage-format.md#parent-index).
+    """
+    if post.st_mtime_ns == pre.st_mtime_ns:
+        return False
+    return pre.st_nlink < 2 or post.st_nlink == pre.st_nlink + 1
+
+
+def _stamp_after(writer: Writer, mtime_ns: int) -> int:
+    """A write timestamp, retried a few times (microseconds each) until it is later than `mtime_ns`.
+
+    A stamp in the folder's own clock tick is racily clean and not trusted by readers; filesystems
+    with fine-grained timestamps give a later one on the next try, coarse ones may not (then the
+    racy stamp is written and settled later).
+    """
+    written = writer.stamp()
+    for _ in range(_STAMP_TRIES - 1):
+        if written > mtime_ns:
+            break
+        written = writer.stamp()
+    return written
 
 
 def _entry_of(entry: os.DirEntry[str], kind: Kind, outcome: Outcome) -> Entry:
