@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from dsh.json import is_safe_int
 from dsh.session.fastcheck import FAST_UNSURE, fast_check
+from dsh.session.stored import StoredRecords
 
 __all__ = [
     "LegacyShapeError",
@@ -416,7 +417,7 @@ def _message_id(record: Any) -> str | None:
     return found if type(found) is str else None
 
 
-def _candidates(records: list[dict[str, Any]], verdicts: bytearray | None) -> Iterable[tuple[int, Any]]:
+def _candidates(records: StoredRecords, verdicts: bytearray | None) -> Iterable[tuple[int, Any]]:
     """`(position, record)` for every record that may hold an older shape.
 
     A fast-check verdict taken while reading is "certainly a valid current event", and no older
@@ -444,7 +445,7 @@ class MalformedAt:
 
 def migrate_legacy_shapes(
     session_id: str,
-    records: list[dict[str, Any]],
+    records: StoredRecords,
     *,
     verdicts: bytearray | None = None,
     by_seq: bool = False,
@@ -488,7 +489,7 @@ def migrate_legacy_shapes(
             return MalformedAt(index, str(error))
         if migrated is record:
             continue
-        records[index] = migrated
+        records.replace(index, migrated)
         if verdicts is not None and len(verdicts) == len(records):
             verdicts[index] = fast_check(migrated, index)
     return None

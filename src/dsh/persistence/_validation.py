@@ -35,14 +35,13 @@ from dsh.persistence.headers import read_stored_header
 from dsh.session.events import SessionEvent, data_problem, envelope_problem, legacy_problem
 from dsh.session.header import SessionHeader, StoredHeaderError
 from dsh.session.repair import interrupted_turn_closers
-from dsh.session.stored import StoredEvents
+from dsh.session.stored import StoredEvents, StoredRecords, stored_records
 from dsh.session.surface import Surface
 from dsh.session.validate import LogProblem, check_records, first_refusal
 
 __all__ = [
     "THREAD_THRESHOLD",
     "ValidatedLog",
-    "select",
     "validate_log",
     "validate_log_async",
     "validate_selection",
@@ -196,18 +195,12 @@ def _unknown_type(session_id: str, kind: str, seq: int, location: str | None) ->
     )
 
 
-def _records_of(log: StoredLog) -> list[dict[str, Any]]:
-    """The load's records as a list the pipeline may migrate in place (the backend's own list)."""
-    events = log.events
-    return events if type(events) is list else list(events)
-
-
 def _validated_records(
     session_id: str, log: StoredLog, location: str | None
-) -> tuple[SessionHeader, int, list[dict[str, Any]]]:
+) -> tuple[SessionHeader, int, StoredRecords]:
     """The pipeline over a full load: `(header, cut, records)`, the records validated and migrated."""
     header, cut = _header(session_id, log, location)
-    records = _records_of(log)
+    records = stored_records(log.events)
     verdicts = log.verdicts
     # Older upstream shapes become current ones first, in place, so every rule below judges the
     # current shapes.
@@ -240,7 +233,7 @@ def validate_log(session_id: str, log: StoredLog, location: str | None) -> Valid
         SessionCorruptionError: Header shape, identity, any per-event rule, or a cut beyond the log.
     """
     header, cut, records = _validated_records(session_id, log, location)
-    closers = tuple(interrupted_turn_closers(records))
+    closers = tuple(interrupted_turn_closers(records, type_at=records.type_at))
     stored_count = len(records)
     return ValidatedLog(
         header=header,
@@ -265,7 +258,7 @@ def validate_selection(
     """
     header, cut, records = _validated_records(session_id, log, location)
     stored_count = len(records)
-    selected = select(records, types, from_seq)
+    selected = records.select(types, from_seq)
     # Positions still equal seqs when the selection is the whole log.
     verdicts = log.verdicts if len(selected) == stored_count else None
     return header, cut, stored_count, StoredEvents(selected, verdicts=verdicts, viewable=log.viewable)
@@ -318,7 +311,7 @@ def validate_typed(
             increasing within the stored log, or the cut exceeds the log.
     """
     header, cut = _header(session_id, log, location)
-    records = _records_of(log)
+    records = stored_records(log.events)
     malformed = migrate_legacy_shapes(session_id, records, by_seq=True)
     skip = None if malformed is None else malformed.index
     _refuse(session_id, records, log.oversized_int_at, location, first_unknown=log.first_unknown, skip=skip)
@@ -343,15 +336,3 @@ def validate_typed(
     if cut > next_seq:
         raise _corrupt(session_id, f"seedLength {cut} exceeds the {next_seq} stored events", location)
     return header, cut, next_seq, records
-
-
-def select(records: list[dict[str, Any]], types: Collection[str] | None, from_seq: int) -> list[dict[str, Any]]:
-    """The records with `seq >= from_seq` and a type in `types` (all types when None), in order.
-
-    The records of a validated full load sit at their seq, so the tail is one slice.
-    """
-    tail = records[from_seq:] if from_seq > 0 else records
-    if types is None:
-        return tail
-    wanted = frozenset(types)
-    return [record for record in tail if record["type"] in wanted]

@@ -8,7 +8,7 @@ business (docs/architecture.md#crash-repair). The three tool-result texts are mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from dsh.json import FrozenDict, FrozenList, JsonValue
@@ -36,10 +36,10 @@ TOOL_OUTCOME_UNKNOWN_TEXT: Final = (
 )
 
 
-def _open_turn_start(events: Sequence[Mapping[str, Any]], types: Sequence[str] | None) -> int | None:
+def _open_turn_start(events: Sequence[Mapping[str, Any]], type_at: Callable[[int], str] | None) -> int | None:
     """Index of the `turn/start` of the open tail turn, or None when the log is balanced."""
     for index in range(len(events) - 1, -1, -1):
-        kind = types[index] if types is not None else events[index]["type"]
+        kind = type_at(index) if type_at is not None else events[index]["type"]
         if kind == "turn/end":
             return None
         if kind == "turn/start":
@@ -48,17 +48,18 @@ def _open_turn_start(events: Sequence[Mapping[str, Any]], types: Sequence[str] |
 
 
 def interrupted_turn_closers(
-    events: Sequence[Mapping[str, Any]], *, types: Sequence[str] | None = None
+    events: Sequence[Mapping[str, Any]], *, type_at: Callable[[int], str] | None = None
 ) -> list[SessionEvent]:
     """Return the closers for an open tail turn, seqs continuing the log, times never invented.
 
     Emits one `approval/decided {outcome: "cancelled"}` per approval still undecided, one
     `tool/result` per pending tool call (registration order; a call whose approval was undecided did
     not run), then `step/end` if a step is open, then `turn/end {reason: {kind: "interrupted"}}`.
-    Works on frozen events and on the raw records of the read pipeline alike; `types` (each event's
-    type, when the caller has them) spares reading the events of a long tail that holds no turn.
+    Works on frozen events and on the raw records of the read pipeline alike; `type_at` (each event's
+    type by position, when the caller has them) spares reading the events of a long tail that holds
+    no turn.
     """
-    start = _open_turn_start(events, types)
+    start = _open_turn_start(events, type_at)
     if start is None:
         return []
     turn: int = events[start]["data"]["turn"]

@@ -35,6 +35,7 @@ from dsh.persistence.base import TornMarker, first_oversized_int
 from dsh.persistence.jsonl._format import Compression, LogContext
 from dsh.persistence.jsonl._packed import ROW_TYPES, MalformedRowError, expand_row
 from dsh.session.fastcheck import FAST_UNSURE, fast_check
+from dsh.session.stored import RecordList
 
 __all__ = ["LogScan", "may_hold_negative_zero", "scan_events"]
 
@@ -293,7 +294,7 @@ class LogScan(NamedTuple):
     """The event region of a log: the valid prefix with its verdicts, the torn marker, the first
     oversized integer."""
 
-    records: list[dict[str, Any]]
+    records: RecordList
     verdicts: bytearray
     torn: TornMarker | None
     oversized_int_at: int | None
@@ -327,7 +328,7 @@ def _scan_raw(data: bytes, start: int, ctx: LogContext) -> LogScan:
         # torn tail; the complete records before it stay.
         cut = start + scanner.committed
         torn = TornMarker(truncate_to=cut, removed_bytes=len(data) - cut, removed_records=scanner.dropped)
-    return LogScan(scanner.records, scanner.verdicts, torn, scanner.oversized_at)
+    return LogScan(RecordList(scanner.records), scanner.verdicts, torn, scanner.oversized_at)
 
 
 def _scan_zstd(data: bytes, start: int, ctx: LogContext) -> LogScan:
@@ -362,7 +363,7 @@ def _scan_zstd(data: bytes, start: int, ctx: LogContext) -> LogScan:
             # `data` (and only that; nested values are copied when they are wrapped).
             recovered = tuple(dict(record) for record in scanner.records[before:])
             torn = TornMarker(position, recovered, removed_bytes=size - position, removed_records=scanner.dropped)
-            return LogScan(scanner.records, scanner.verdicts, torn, scanner.oversized_at)
+            return LogScan(RecordList(scanner.records), scanner.verdicts, torn, scanner.oversized_at)
         end -= len(decoder.unused_data)
         fragment = scanner.feed(text)
         # A checksummed complete frame cannot be a crash artefact: any defect inside it is corruption.
@@ -374,4 +375,4 @@ def _scan_zstd(data: bytes, start: int, ctx: LogContext) -> LogScan:
             raise ctx.corrupt(f"{scanner.issue} (inside the complete Zstandard frame at byte {position})")
         guess = end - position + 256
         position = end
-    return LogScan(scanner.records, scanner.verdicts, None, scanner.oversized_at)
+    return LogScan(RecordList(scanner.records), scanner.verdicts, None, scanner.oversized_at)
