@@ -601,12 +601,9 @@ class Runtime:
     @property
     def prices(self) -> dict[str, ModelPrice]:
         """The price table, model name → `ModelPrice`, from `config.prices` (DeepSeek's prices by default)."""
-        from dsh.agent.usage import ModelPrice
+        from dsh.agent.usage import price_table
 
-        return {
-            name: ModelPrice(p.input, p.cache_hit_input, p.output, p.cache_write_input, p.currency)
-            for name, p in self.config.prices.models.items()
-        }
+        return price_table(self.config.prices)
 
     def system_prompt(self, tools: ToolRegistry, instructions: str | None = None) -> str | None:
         """The system prompt of an agent with `tools` and its own `instructions` (docs/agent.md#instructions)."""

@@ -457,7 +457,7 @@ class Compactor:
         try:
             assembler = await _summarise(client, request, signal)
         except Exception as error:
-            reason = error.message if isinstance(error, ModelError) else f"{type(error).__name__}: {error}"
+            reason = str(error) if isinstance(error, ModelError) else f"{type(error).__name__}: {error}"
             end_data: dict[str, Any] = {"compactionId": ident, "turn": turn, "error": reason}
             session.append("compaction/end", end_data)
             raise AgentError(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dsh.agent.model import Usage
+from dsh.config import PricesConfig
 from dsh.projection.unit import ClientView, ProjectionUnit
 from dsh.session.events import SessionEvent
 
@@ -29,6 +30,7 @@ __all__ = [
     "TOKENS_KEY",
     "ModelPrice",
     "TokenTotals",
+    "price_table",
     "tokens_unit",
     "totals_from_view",
     "turn_totals",
@@ -321,6 +323,14 @@ def totals_from_view(view: object, prices: Mapping[str, ModelPrice]) -> TokenTot
         return None
     by_model = view.get("byModel")
     return _priced(view["total"], by_model if isinstance(by_model, Mapping) else {}, prices)
+
+
+def price_table(prices: PricesConfig) -> dict[str, ModelPrice]:
+    """The configured price table (`Config().prices`) as model name → `ModelPrice`."""
+    return {
+        name: ModelPrice(p.input, p.cache_hit_input, p.output, p.cache_write_input, p.currency)
+        for name, p in prices.models.items()
+    }
 
 
 def turn_totals(usages: list[tuple[str, Usage]], prices: Mapping[str, ModelPrice]) -> TokenTotals:
