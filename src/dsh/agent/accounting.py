@@ -3,7 +3,7 @@
 Layer: agent. `listed_facts` is for lists (`dsh sessions`, the HTTP session list, the web UI): the
 title and token total of a session **without reading its log** — from the live registry's cells
 when the session is live in this process, else from a projection-cache hit; otherwise the fact is
-simply absent (06 §4.3, A11). `session_tokens` is the authoritative total of one session: live
+simply absent. `session_tokens` is the authoritative total of one session: live
 cells, else one cold fold (the cache's anchored tail read when there is a cache, else a read of the
 log). Both use the `title` and `tokens` units (`dsh.agent.titles`, `dsh.agent.usage`), which the
 runtime registers; the cache checkpoints them when a session goes idle and when it closes.

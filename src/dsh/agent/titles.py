@@ -3,7 +3,7 @@
 Layer: agent. A title is a log-only `session/title` event `{title, messageSeqs, source}`, latest wins
 (the harness's vocabulary). The loop writes the **fallback** title in a session's first turn, right
 after the first user message: its first five words, at most 60 characters, controls and runs of
-whitespace removed (spec 06 §1.2). When `agent.model_titles` is on, the agent also asks the model
+whitespace removed. When `agent.model_titles` is on, the agent also asks the model
 for a short title in the background: it records the exact request as `session/title-llm-request`
 (the harness's shape) and, when the model answers with usable text, a second `session/title` whose
 source is `{kind: "provider", provider: "pydsh/model-title", model: {provider, model}}`. That task

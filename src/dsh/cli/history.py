@@ -105,6 +105,8 @@ class _Printer:
             source = data.get("source")
             origin = source.get("kind") if isinstance(source, Mapping) else "user"
             label = _SOURCES.get(str(origin), str(origin))
+            if origin == "plugin" and isinstance(source, Mapping) and source.get("plugin") == "compact":
+                label = "summary"  # a compaction's summary (docs/agent.md#compaction)
             self.line(label, _text_of(data.get("content")), label if label in _STYLES else "user")
         elif kind == "assistant/message":
             self.assistant(data.get("message"))
