@@ -443,8 +443,7 @@ class Runtime:
         services.persistence = persistence
         registry = ProjectionRegistry(sessions)
         services.projections = registry
-        from dsh.agent.titles import title_unit
-        from dsh.agent.usage import tokens_unit
+        from dsh.agent.units import title_unit, tokens_unit
 
         # Registered before the cache opens, so its checkpoints carry them (docs/projections.md#tokens-and-titles).
         self._unit_disposers = [registry.register(title_unit()), registry.register(tokens_unit())]

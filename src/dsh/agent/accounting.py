@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.agent.titles import TITLE_KEY
-from dsh.agent.usage import TOKENS_KEY, ModelPrice, TokenTotals, totals_from_view
+from dsh.agent.units import TITLE_KEY, TOKENS_KEY
+from dsh.agent.usage import ModelPrice, TokenTotals, totals_from_view
 from dsh.services import Services
 from dsh.session.header import SessionHeader, SessionId, SessionLogOffset
 

@@ -23,26 +23,20 @@ from dsh.agent.assembler import MessageAssembler
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import text, text_of_blocks
 from dsh.agent.model import ModelClient, ModelRequest, RequestMeta
-from dsh.projection.unit import ClientView, ProjectionUnit
-from dsh.session.events import SessionEvent
 from dsh.session.session import Session
 
 __all__ = [
     "FALLBACK_MAX_CHARS",
     "FALLBACK_MAX_WORDS",
     "MODEL_TITLE_PROVIDER",
-    "TITLE_KEY",
     "TITLE_SYSTEM_PROMPT",
     "TitleWriter",
     "fallback_title",
     "normalize_title",
-    "title_unit",
 ]
 
 _log = logging.getLogger("dsh.agent")
 
-TITLE_KEY: Final = "title"
-TITLE_UNIT_VERSION: Final = 1
 FALLBACK_MAX_WORDS: Final = 5
 FALLBACK_MAX_CHARS: Final = 60
 MODEL_TITLE_MAX_CHARS: Final = 80
@@ -80,64 +74,6 @@ def fallback_title(text: str) -> str:
 def title_event(title: str, message_seqs: list[int], source: Mapping[str, Any]) -> dict[str, Any]:
     """The data of a `session/title` event."""
     return {"title": title, "messageSeqs": message_seqs, "source": dict(source)}
-
-
-# ---------------------------------------------------------------------------- the unit
-
-
-def _init() -> dict[str, Any]:
-    return {}
-
-
-def _apply(state: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
-    if event.type != "session/title":
-        return state
-    data: Any = event.data
-    title = data.get("title") if isinstance(data, Mapping) else None
-    if not isinstance(title, str) or not title:
-        return state
-    source = data.get("source")
-    kind = source.get("kind") if isinstance(source, Mapping) else None
-    out: dict[str, Any] = {"title": title, "seq": event.seq}
-    if isinstance(kind, str):
-        out["kind"] = kind
-    return out
-
-
-def _render(state: object) -> str | None:
-    title = state.get("title") if isinstance(state, dict) else None
-    return title if isinstance(title, str) else None
-
-
-class _StateSchema:
-    def validate_python(self, value: object, /) -> Any:
-        if not isinstance(value, dict) or not set(value) <= {"title", "seq", "kind"}:
-            raise ValueError("title: expected an object with title, seq and kind")
-        if value and (not isinstance(value.get("title"), str) or type(value.get("seq")) is not int):
-            raise ValueError("title: expected a string title and an integer seq")
-        if "kind" in value and not isinstance(value["kind"], str):
-            raise ValueError("title.kind: expected a string")
-        return value
-
-
-class _ViewSchema:
-    def validate_python(self, value: object, /) -> Any:
-        if value is not None and not isinstance(value, str):
-            raise ValueError("title: expected a string or null")
-        return value
-
-
-def title_unit() -> ProjectionUnit[Any, Any]:
-    """The `title` unit: the latest `session/title`; its view is the title text or `null`."""
-    return ProjectionUnit(
-        key=TITLE_KEY,
-        state_version=TITLE_UNIT_VERSION,
-        init=_init,
-        apply=_apply,
-        state_schema=_StateSchema(),
-        view=ClientView(render=_render, schema=_ViewSchema()),
-        event_types=frozenset({"session/title"}),
-    )
 
 
 # ---------------------------------------------------------------------------- the writer

@@ -18,39 +18,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from dsh.agent.model import Usage
+from dsh.agent.units import add_counts
 from dsh.config import PricesConfig
-from dsh.projection.unit import ClientView, ProjectionUnit
 from dsh.session.events import SessionEvent
 
 __all__ = [
-    "COUNTER_KEYS",
-    "TOKENS_KEY",
     "ModelPrice",
     "TokenTotals",
     "price_table",
-    "tokens_unit",
     "totals_from_view",
     "turn_totals",
     "usage_of_event",
 ]
-
-TOKENS_KEY: Final = "tokens"
-TOKENS_UNIT_VERSION: Final = 1
-
-COUNTER_KEYS: Final = (
-    "inputTokens",
-    "outputTokens",
-    "cacheReadTokens",
-    "cacheWriteTokens",
-    "reasoningTokens",
-    "requests",
-)
-"""The counters of one total: the disjoint usage keys and the number of requests that reported usage."""
-
-_ZERO: Final[Mapping[str, int]] = dict.fromkeys(COUNTER_KEYS, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,110 +171,6 @@ def usage_of_event(event: SessionEvent | Mapping[str, Any]) -> Usage | None:
     )
 
 
-# ---------------------------------------------------------------------------- the unit
-
-
-def _added(counters: Mapping[str, Any] | None, usage: Usage) -> dict[str, int]:
-    base = counters if isinstance(counters, Mapping) else _ZERO
-    return {
-        "inputTokens": int(base.get("inputTokens", 0)) + usage.input_tokens,
-        "outputTokens": int(base.get("outputTokens", 0)) + usage.output_tokens,
-        "cacheReadTokens": int(base.get("cacheReadTokens", 0)) + (usage.cache_read_tokens or 0),
-        "cacheWriteTokens": int(base.get("cacheWriteTokens", 0)) + (usage.cache_write_tokens or 0),
-        "reasoningTokens": int(base.get("reasoningTokens", 0)) + (usage.reasoning_tokens or 0),
-        "requests": int(base.get("requests", 0)) + 1,
-    }
-
-
-def _init() -> dict[str, Any]:
-    return {}
-
-
-def _apply(state: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
-    try:
-        kind = event.type
-        if kind == "session/end-seed":
-            return state if not state else {}
-        data: Any = event.data
-        if kind == "turn/start":
-            turn = data.get("turn") if isinstance(data, Mapping) else None
-            if type(turn) is not int:
-                return state
-            return {**state, "lastTurn": {"turn": turn, **_ZERO}}
-        usage = usage_of_event(event)
-        if usage is None:
-            return state
-        if kind == "compaction/summary":
-            model = data.get("model")
-        else:
-            source = data["message"].get("source") if isinstance(data.get("message"), Mapping) else None
-            model = source.get("model") if isinstance(source, Mapping) else None
-        model = model if isinstance(model, str) else ""
-        models = dict(state.get("byModel") or {})
-        models[model] = _added(models.get(model), usage)
-        out = {**state, "total": _added(state.get("total"), usage), "byModel": models}
-        # A summary request belongs to the session, not to a turn's steps.
-        turn = data.get("turn") if kind == "assistant/message" else None
-        last = state.get("lastTurn")
-        if type(turn) is int:
-            if isinstance(last, Mapping) and last.get("turn") == turn:
-                out["lastTurn"] = {"turn": turn, **_added(last, usage)}
-            else:
-                out["lastTurn"] = {"turn": turn, **_added(None, usage)}
-        return out
-    except Exception:
-        return state  # never raise: an unexpected shape leaves the fold where it was
-
-
-def _render(state: object) -> dict[str, Any] | None:
-    if not isinstance(state, dict) or not isinstance(state.get("total"), dict):
-        return None
-    return state
-
-
-class _Schema:
-    """The strict shape of the unit's state (and view): counters are non-negative integers."""
-
-    def __init__(self, nullable: bool) -> None:
-        self._nullable = nullable
-
-    def validate_python(self, value: object, /) -> Any:
-        if value is None and self._nullable:
-            return None
-        if not isinstance(value, dict) or not set(value) <= {"total", "byModel", "lastTurn"}:
-            raise ValueError("tokens: expected an object with total, byModel and lastTurn")
-        for name in ("total", "lastTurn"):
-            if name in value:
-                _counters(value[name], name, extra=("turn",) if name == "lastTurn" else ())
-        models = value.get("byModel", {})
-        if not isinstance(models, dict):
-            raise ValueError("tokens.byModel: expected an object")
-        for model, counters in models.items():
-            _counters(counters, f"byModel[{model!r}]")
-        return value
-
-
-def _counters(value: object, where: str, extra: tuple[str, ...] = ()) -> None:
-    if not isinstance(value, dict) or set(value) != {*COUNTER_KEYS, *extra}:
-        raise ValueError(f"tokens.{where}: expected the counters {', '.join(COUNTER_KEYS)}")
-    for key, number in value.items():
-        if type(number) is not int or number < 0:
-            raise ValueError(f"tokens.{where}.{key}: expected an integer >= 0")
-
-
-def tokens_unit() -> ProjectionUnit[Any, Any]:
-    """The `tokens` unit: `{total, byModel, lastTurn}` counters of the session's own requests (view `null` before)."""
-    return ProjectionUnit(
-        key=TOKENS_KEY,
-        state_version=TOKENS_UNIT_VERSION,
-        init=_init,
-        apply=_apply,
-        state_schema=_Schema(nullable=False),
-        view=ClientView(render=_render, schema=_Schema(nullable=True)),
-        event_types=frozenset({"assistant/message", "compaction/summary", "turn/start", "session/end-seed"}),
-    )
-
-
 def _priced(counters: Mapping[str, Any], by_model: Mapping[str, Any], prices: Mapping[str, ModelPrice]) -> TokenTotals:
     cost: float | None = 0.0
     currency: str | None = None
@@ -335,9 +213,12 @@ def price_table(prices: PricesConfig) -> dict[str, ModelPrice]:
 
 def turn_totals(usages: list[tuple[str, Usage]], prices: Mapping[str, ModelPrice]) -> TokenTotals:
     """The total of one turn's `(model, usage)` pairs, priced with `prices`."""
-    total: dict[str, int] = dict(_ZERO)
+    total: dict[str, int] | None = None
     by_model: dict[str, dict[str, int]] = {}
     for model, usage in usages:
-        total = _added(total, usage)
-        by_model[model] = _added(by_model.get(model), usage)
+        counts = usage.to_json()
+        total = add_counts(total, counts)
+        by_model[model] = add_counts(by_model.get(model), counts)
+    if total is None:
+        return TokenTotals()
     return _priced(total, by_model, prices)
