@@ -235,7 +235,8 @@ async def _drive(
                     loop.remove_signal_handler(signal.SIGINT)
             printer.newline()
             with contextlib.suppress(Exception):  # a total is a nicety: the answer stands without it
-                outcome.tokens = await rt.tokens(agent.id, tree=True)
+                tokens = await rt.tokens(agent.id, tree=True)
+                outcome.tokens = tokens if tokens.requests else None  # a model that reported no usage
             return outcome, agent.id
     finally:
         await client.aclose()
