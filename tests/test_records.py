@@ -23,9 +23,8 @@ from pydantic import SecretStr
 import dsh
 from dsh.agent.accounting import ListedFacts
 from dsh.agent.approval import ApprovalDecision, ApprovalRequest, ApprovalRule, Permissions
-from dsh.agent.compaction import CompactionResult, CompactionSettings
-from dsh.agent.usage import ModelPrice, TokenTotals
 from dsh.agent.assembler import ToolCall
+from dsh.agent.compaction import CompactionResult, CompactionSettings
 from dsh.agent.loop import AgentOptions, InboxItem, TurnResult
 from dsh.agent.messages import NoticeSource, RelaySource, UserSource
 from dsh.agent.model import (
@@ -42,6 +41,7 @@ from dsh.agent.model import (
 )
 from dsh.agent.models import ResolvedModelSettings
 from dsh.agent.tools import ToolContext, ToolHandle
+from dsh.agent.usage import ModelPrice, TokenTotals
 from dsh.config import Config
 from dsh.config_files import LoadedConfig, Setting
 from dsh.demo.damage import Damage

@@ -320,10 +320,11 @@ class Compactor:
     # ---------------------------------------------------------------- range selection
 
     def select_range(self, session: Session, model: str, *, retain_tokens: int | None = None) -> list[int]:
-        """The oldest surface span worth summarising, keeping a tail of about `retain` of the window.
+        """The oldest surface span worth summarising, keeping a tail of about `retain` of the window
+        (with `retain_tokens=0`: the newest exchange, from the last prompt on).
 
         The tail never starts with a tool result, so every tool call stays with its result. Empty
-        when nothing useful can be summarised (fewer than two nodes, or only an earlier summary).
+        when nothing useful can be summarised (no span, or only an earlier summary).
         """
         nodes = list(session.surface.nodes)
         if retain_tokens is None:
@@ -340,6 +341,10 @@ class Compactor:
                 break
             kept += size
             cut -= 1
+        if retain_tokens == 0:
+            # On request: everything before the newest exchange (the last prompt someone sent).
+            prompts = [i for i, seq in enumerate(nodes) if _is_prompt(events[seq])]
+            cut = prompts[-1] if prompts else cut
         # A tail must keep something to answer, and must not start inside a step's tool results.
         cut = min(cut, len(nodes) - 1) if nodes else 0
         while cut > 0 and events[nodes[cut]].type == "tool/result":
@@ -501,6 +506,14 @@ class Compactor:
         )
         end = session.append("compaction/end", {"compactionId": ident, "turn": turn})
         return CompactionResult(ident, start.seq, summary_event.seq, end.seq, summary, tuple(span), shadowed_tokens)
+
+
+def _is_prompt(event: SessionEvent) -> bool:
+    """A `user/message` someone sent (not a tool result, not a plugin's context or checkpoint)."""
+    if event.type != "user/message":
+        return False
+    source = event.data.get("source") if isinstance(event.data, Mapping) else None
+    return not (isinstance(source, Mapping) and source.get("kind") == "plugin")
 
 
 def _is_checkpoint(event: SessionEvent) -> bool:

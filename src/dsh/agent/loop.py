@@ -422,6 +422,13 @@ class Agent:
         if dispose_session:
             self._sessions.dispose(self._session)
 
+    def context_estimate(self) -> int:
+        """The estimated prompt tokens of this agent's next request, by the rule of docs/agent.md#compaction."""
+        options = self._options
+        tools = self._tools.schemas()
+        self._compactor.calibrate_from_log(self._session, options.system_prompt, tools)
+        return self._compactor.estimate(self._session, options.system_prompt, tools)
+
     async def wait_title(self) -> None:
         """Wait for the background model-written title, when one is being asked for."""
         await self._titles.wait()
