@@ -168,7 +168,8 @@ async def test_a_summary_replaces_the_span_the_harness_way(tmp_path: Path) -> No
     assert (summary.data["provider"], summary.data["model"]) == ("scripted", MODEL)  # type: ignore[index]
     assert replacement.type == "user/message"
     assert replacement.data["source"] == {"kind": "plugin", "plugin": "compact", "compactionId": result.compaction_id}  # type: ignore[index]
-    assert replacement.surface_op is not None and replacement.surface_op != "append"
+    assert replacement.surface_op is not None
+    assert replacement.surface_op != "append"
     assert list(replacement.source_event_seqs or ()) == list(result.shadowed_seqs)
     assert surface[0] == replacement.seq
     sent = model.requests[-1][0]
@@ -197,7 +198,8 @@ async def test_a_failed_summary_leaves_the_session_usable_and_says_why(tmp_path:
         assert list(agent.session.surface.nodes) == before
         events = list(agent.session.events)
         end = events[-1]
-        assert end.type == "compaction/end" and "summary endpoint down" in end.data["error"]  # type: ignore[index]
+        assert end.type == "compaction/end"
+        assert "summary endpoint down" in end.data["error"]
         assert events[-2].type == "compaction/start"
         third = await rt.run("third", first.session_id)
         assert (third.stop_reason, third.output) == ("completed", "three")
@@ -233,5 +235,6 @@ async def test_an_automatic_compaction_failure_only_logs_and_the_turn_goes_on(tm
         events = list(rt.sessions.get(first.session_id).events)  # type: ignore[union-attr]
     assert (third.stop_reason, third.output) == ("completed", "still here")
     ends = [event for event in events if event.type == "compaction/end"]
-    assert ends and all("no summaries today" in end.data["error"] for end in ends)  # type: ignore[index]
+    assert ends
+    assert all("no summaries today" in end.data["error"] for end in ends)
     assert_harness_shapes(events)
