@@ -32,6 +32,7 @@ import orjson
 from dsh.abort import AbortSignal
 from dsh.agent.assembler import MessageAssembler
 from dsh.agent.errors import AgentError, ModelError
+from dsh.agent.ids import IdFactory
 from dsh.agent.messages import message_text
 from dsh.agent.model import ModelClient, ModelRequest, RequestMeta, Usage
 from dsh.session.events import SessionEvent, SurfaceReplace
@@ -40,6 +41,7 @@ from dsh.session.surface import Surface, derive_messages
 
 __all__ = [
     "COMPACT_PLUGIN",
+    "AgentCompactor",
     "DEFAULT_CONTEXT_WINDOWS",
     "PRUNE_MARKER",
     "CompactionResult",
@@ -506,6 +508,57 @@ class Compactor:
         )
         end = session.append("compaction/end", {"compactionId": ident, "turn": turn})
         return CompactionResult(ident, start.seq, summary_event.seq, end.seq, summary, tuple(span), shadowed_tokens)
+
+
+Route = Callable[[], tuple[ModelClient, str, "str | None"]]
+"""What an agent's summary requests go to now: its model client, model name and system prompt."""
+
+
+class AgentCompactor:
+    """A `Compactor` bound to one agent: its session, its ids and the route its requests take."""
+
+    def __init__(self, settings: CompactionSettings, session: Session, ids: IdFactory, route: Route) -> None:
+        self.compactor = Compactor(settings)
+        self._session = session
+        self._ids = ids
+        self._route = route
+
+    def _call(self, turn: int, step: int) -> dict[str, Any]:
+        client, model, system = self._route()
+        return {
+            "client": client,
+            "model": model,
+            "system": system,
+            "meta": RequestMeta(self._session.id, "compaction", turn, step),
+            "message_id": self._ids.message,
+            "compaction_id": self._ids.run,
+        }
+
+    def estimate(self, tools: Sequence[Mapping[str, Any]]) -> int:
+        """The estimated prompt tokens of the agent's next request."""
+        _, _, system = self._route()
+        self.compactor.calibrate_from_log(self._session, system, tools)
+        return self.compactor.estimate(self._session, system, tools)
+
+    def observe(self, request: ModelRequest, usage: Usage) -> None:
+        """Calibrate with a request the agent sent and the usage it reported."""
+        self.compactor.observe(request, usage)
+
+    async def before_request(
+        self, tools: Sequence[Mapping[str, Any]], turn: int, step: int, signal: AbortSignal
+    ) -> CompactionResult | None:
+        """`Compactor.before_request` for the agent's next request in `turn`, `step`."""
+        call = self._call(turn, step)
+        return await self.compactor.before_request(self._session, tools=tools, turn=turn, signal=signal, **call)
+
+    async def now(
+        self, tools: Sequence[Mapping[str, Any]], last_turn: int, signal: AbortSignal
+    ) -> CompactionResult | None:
+        """A compaction on request: everything before the newest exchange (`turn: null` on its events)."""
+        call = self._call(last_turn, 0)
+        return await self.compactor.compact(
+            self._session, tools=tools, turn=None, signal=signal, retain_tokens=0, **call
+        )
 
 
 def _is_prompt(event: SessionEvent) -> bool:

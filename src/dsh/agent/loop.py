@@ -28,7 +28,7 @@ from dsh.agent import _gate
 from dsh.agent import titles as _titles
 from dsh.agent._context import HeaderLog, KnobLog, context_message, granted_rules, header_of
 from dsh.agent.assembler import MessageAssembler, ToolCall
-from dsh.agent.compaction import CompactionResult, CompactionSettings, Compactor
+from dsh.agent.compaction import AgentCompactor, CompactionResult, CompactionSettings
 from dsh.agent.errors import AgentError, ModelError
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import Source, UserSource, source_json, text, text_of_blocks
@@ -229,7 +229,12 @@ class Agent:
         self._headers = HeaderLog()
         self._knobs = KnobLog()
         self._granted: list[ApprovalRule] | None = None  # the session's "always" grants, folded once
-        self._compactor = Compactor(options.compaction or CompactionSettings(auto=False))
+        self._compactor = AgentCompactor(
+            options.compaction or CompactionSettings(auto=False),
+            session,
+            ids,
+            lambda: (self._model, self._options.model, self._options.system_prompt),
+        )
         # Turns and manual compactions take turns: a compaction never runs inside someone else's turn.
         self._exclusive = asyncio.Lock()
         self._last_request: ModelRequest | None = None
@@ -424,48 +429,27 @@ class Agent:
 
     def context_estimate(self) -> int:
         """The estimated prompt tokens of this agent's next request, by the rule of docs/agent.md#compaction."""
-        options = self._options
-        tools = self._tools.schemas()
-        self._compactor.calibrate_from_log(self._session, options.system_prompt, tools)
-        return self._compactor.estimate(self._session, options.system_prompt, tools)
+        return self._compactor.estimate(self._tools.schemas())
 
     async def wait_title(self) -> None:
         """Wait for the background model-written title, when one is being asked for."""
         await self._titles.wait()
 
     async def compact(self, *, signal: AbortSignal | None = None) -> CompactionResult | None:
-        """Compact the conversation now, between turns (a running turn finishes first).
-
-        Writes one compaction (`compaction/start` with `turn: null` ... `compaction/end`) and flushes
-        it; returns None, writing nothing, when there is nothing useful to summarise.
+        """Compact the conversation now, between turns (docs/agent.md#compaction); None when nothing is worth it.
 
         Raises:
-            AgentError: `AGENT_CLOSING` when the agent is closing; `COMPACTION_FAILED` when the summary
-                request failed (the attempt is closed in the log, the conversation is unchanged and the
-                agent stays usable); `PERSISTENCE_FLUSH_FAILED` when the result could not be made durable.
+            AgentError: `AGENT_CLOSING`; `COMPACTION_FAILED` (the attempt is closed in the log, the
+                conversation unchanged, the agent usable); `PERSISTENCE_FLUSH_FAILED`.
         """
-        if self._closing:
-            raise AgentError(f'agent "{self.id}" is closing', code="AGENT_CLOSING", session_id=self.id)
         async with self._exclusive:
             if self._closing:
                 raise AgentError(f'agent "{self.id}" is closing', code="AGENT_CLOSING", session_id=self.id)
-            options = self._options
             if self._last_turn is None:
                 self._last_turn = _highest_turn_number(self._session)
             try:
-                return await self._compactor.compact(
-                    self._session,
-                    client=self._model,
-                    model=options.model,
-                    system=options.system_prompt,
-                    tools=self._tools.schemas(),
-                    meta=RequestMeta(self.id, "compaction", self._last_turn, 0),
-                    turn=None,
-                    signal=signal if signal is not None else AbortController().signal,
-                    message_id=self._ids.message,
-                    compaction_id=self._ids.run,
-                    retain_tokens=0,  # on request: everything but the newest exchange is summarised
-                )
+                signal = signal if signal is not None else AbortController().signal
+                return await self._compactor.now(self._tools.schemas(), self._last_turn, signal)
             finally:
                 try:
                     await self._sessions.flush(self._session)
@@ -605,11 +589,14 @@ class Agent:
                         "source": dict(item.source),
                     },
                 )
-                self._titles.first_message(item, message_event.seq, model_titles=options.model_titles)
+                # Subagents keep the fallback: a model-written title for every child would cost a request each.
+                model_titles = options.model_titles and options.subagent_depth is None
+                self._titles.first_message(item, message_event.seq, model_titles=model_titles)
                 if options.time_context:
                     self._append_context(turn.number, item)
             tools = self._tools.schemas()
-            await self._auto_compact(turn, step, tools)
+            # Prune or compact first when the request would cross the threshold (docs/agent.md#compaction).
+            await self._compactor.before_request(tools, turn.number, step, turn.signal)
             self._note_request_header(tools)
             self._note_request_context()
             try:
@@ -654,22 +641,6 @@ class Agent:
                 return _StepOutcome({"kind": "blocked"}, output, usage)
             if not calls:
                 return _StepOutcome({"kind": "completed"}, output, usage)
-
-    async def _auto_compact(self, turn: _Turn, step: int, tools: list[dict[str, Any]]) -> None:
-        """Prune or compact before the request when it would cross the threshold (docs/agent.md#compaction)."""
-        options = self._options
-        await self._compactor.before_request(
-            self._session,
-            client=self._model,
-            model=options.model,
-            system=options.system_prompt,
-            tools=tools,
-            meta=RequestMeta(self.id, "compaction", turn.number, step),
-            turn=turn.number,
-            signal=turn.signal,
-            message_id=self._ids.message,
-            compaction_id=self._ids.run,
-        )
 
     # ---------------------------------------------------------------- model
 
