@@ -104,7 +104,9 @@ def _types(events: Sequence[SessionEvent], prefix: str) -> list[str]:
     return [event.type for event in events if event.type.startswith(prefix)]
 
 
-async def test_300_turns_under_a_small_window_compact_and_a_restart_builds_the_same_request(tmp_path: Path) -> None:
+async def test_three_hundred_turns_under_a_small_window_compact_and_a_restart_builds_the_same_request(
+    tmp_path: Path,
+) -> None:
     """300 turns of 3,000-character tool results against a 6,000-token window: pruning and summaries keep every
     request the model was sent under the window, the log holds the harness's `compaction/*` events, and after a
     restart the next request starts with the same compacted context."""
