@@ -228,6 +228,8 @@ class Compactor:
         self.settings = settings
         self.meter = PromptMeter()
         self._calibration_checked = False
+        # The JSON size of each surface node's message, measured once: a node's event never changes.
+        self._sizes: dict[int, int] = {}
 
     # ---------------------------------------------------------------- measuring
 
@@ -246,20 +248,44 @@ class Compactor:
             usage = data.get("usage") if isinstance(data, Mapping) else None
             if not isinstance(usage, Mapping):
                 continue
-            messages = [m for m in _node_messages(session, _surface_before(session, event.seq)) if m is not None]
+            nodes = _surface_before(session, event.seq)
             counts = [usage.get(key) for key in ("inputTokens", "cacheReadTokens", "cacheWriteTokens")]
             billed = sum(value for value in counts if type(value) is int)
-            self.meter.observe(self.meter.prompt_bytes(system, tools, messages), Usage(billed, 0))
+            self.meter.observe(self.prompt_bytes(session, system, tools, nodes), Usage(billed, 0))
             return
 
-    def observe(self, request: ModelRequest, usage: Usage) -> None:
-        """Calibrate with a request the agent just sent and the usage it reported."""
-        self.meter.observe(self.meter.prompt_bytes(request.system, request.tools, request.messages), usage)
+    def forget_calibration(self) -> None:
+        """Calibrate from the log again at the next estimate."""
+        self._calibration_checked = False
+        self.meter.calibrated = False
+
+    def prompt_bytes(
+        self,
+        session: Session,
+        system: str | None,
+        tools: Sequence[Mapping[str, Any]],
+        nodes: Sequence[int] | None = None,
+    ) -> int:
+        """`PromptMeter.prompt_bytes` of the request the surface (or `nodes`) makes, each node measured once."""
+        size = PromptMeter.prompt_bytes(system, tools, ())
+        sizes = self._sizes
+        log: Any = session.events
+        for seq in session.surface.nodes if nodes is None else nodes:
+            known = sizes.get(seq)
+            if known is None:
+                messages = derive_messages((seq,), log)
+                known = sizes[seq] = _json_bytes(messages[0]) if messages else 0
+            size += known
+        return size
+
+    def observe(self, session: Session, system: str | None, tools: Sequence[Mapping[str, Any]], usage: Usage) -> None:
+        """Calibrate with the request the surface just made and the usage the model reported for it."""
+        self.meter.observe(self.prompt_bytes(session, system, tools), usage)
         self._calibration_checked = True
 
     def estimate(self, session: Session, system: str | None, tools: Sequence[Mapping[str, Any]]) -> int:
         """The estimated tokens of the request the session's surface makes now."""
-        return self.meter.tokens(self.meter.prompt_bytes(system, tools, session.derive_messages()))
+        return self.meter.tokens(self.prompt_bytes(session, system, tools))
 
     def threshold_tokens(self, model: str) -> int | None:
         """The token budget a request of `model` may fill, or None when its window is unknown."""
@@ -540,9 +566,17 @@ class AgentCompactor:
         self.compactor.calibrate_from_log(self._session, system, tools)
         return self.compactor.estimate(self._session, system, tools)
 
-    def observe(self, request: ModelRequest, usage: Usage) -> None:
-        """Calibrate with a request the agent sent and the usage it reported."""
-        self.compactor.observe(request, usage)
+    def observe(self, tools: Sequence[Mapping[str, Any]], usage: Usage) -> None:
+        """Calibrate with the request just sent (the surface has not changed since) and its reported usage.
+
+        A model without a context window is never checked, so its agent does not measure every request:
+        an estimate asked for later calibrates from the log instead, which gives the same ratio.
+        """
+        _, model, system = self._route()
+        if self.compactor.threshold_tokens(model) is None:
+            self.compactor.forget_calibration()
+            return
+        self.compactor.observe(self._session, system, tools, usage)
 
     async def before_request(
         self, tools: Sequence[Mapping[str, Any]], turn: int, step: int, signal: AbortSignal

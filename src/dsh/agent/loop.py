@@ -237,7 +237,6 @@ class Agent:
         )
         # Turns and manual compactions take turns: a compaction never runs inside someone else's turn.
         self._exclusive = asyncio.Lock()
-        self._last_request: ModelRequest | None = None
         self._titles = _titles.TitleWriter(session, ids, lambda: (self._model, self._options.model))
         self.last_error: BaseException | None = None
         """The last flush failure (or unexpected turn failure), for callers that must know."""
@@ -610,8 +609,7 @@ class Agent:
             assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
             if assembler.usage is not None:
                 usage = assembler.usage if usage is None else usage + assembler.usage
-                if self._last_request is not None:
-                    self._compactor.observe(self._last_request, assembler.usage)
+                self._compactor.observe(tools, assembler.usage)
             if failure is not None or turn.cancelled():
                 # Keep what was streamed, marked interrupted, with no tool calls.
                 partial = assembler.partial()
@@ -659,7 +657,6 @@ class Agent:
             max_tokens=options.max_tokens,
             temperature=options.temperature,
         )
-        self._last_request = request
         assembler = MessageAssembler()
         chunk_seqs: list[int] = []
         stream = self._model.stream(request, signal=turn.signal)
