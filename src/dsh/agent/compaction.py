@@ -358,13 +358,11 @@ class Compactor:
         if retain_tokens is None:
             window = self.settings.window(model)
             retain_tokens = math.floor(window * self.settings.retain) if window is not None else 0
-        messages = _node_messages(session, nodes)
         events = session.events
         cut = len(nodes)
         kept = 0
         while cut > 0:
-            message = messages[cut - 1]
-            size = self.meter.tokens(_json_bytes(message)) if message is not None else 0
+            size = self.meter.tokens(self.prompt_bytes(session, None, (), (nodes[cut - 1],)))
             if kept + size > retain_tokens:
                 break
             kept += size
