@@ -230,6 +230,7 @@ class Compactor:
         self._calibration_checked = False
         # The JSON size of each surface node's message, measured once: a node's event never changes.
         self._sizes: dict[int, int] = {}
+        self._last_measure: tuple[tuple[int, int, int], int] = ((-1, -1, -1), 0)
 
     # ---------------------------------------------------------------- measuring
 
@@ -268,15 +269,24 @@ class Compactor:
     ) -> int:
         """`PromptMeter.prompt_bytes` of the request the surface (or `nodes`) makes, each node measured once."""
         size = PromptMeter.prompt_bytes(system, tools, ())
+        current = nodes is None
+        chosen: Sequence[int] = session.surface.nodes if nodes is None else nodes
+        key = (session.surface.replace_generation, len(chosen), chosen[-1] if chosen else -1)
+        if current and key == self._last_measure[0]:
+            # The same surface as the last measure (nothing appended or replaced since): its sum again.
+            return size + self._last_measure[1]
+        total = 0
         sizes = self._sizes
         log: Any = session.events
-        for seq in session.surface.nodes if nodes is None else nodes:
+        for seq in chosen:
             known = sizes.get(seq)
             if known is None:
                 messages = derive_messages((seq,), log)
                 known = sizes[seq] = _json_bytes(messages[0]) if messages else 0
-            size += known
-        return size
+            total += known
+        if current:
+            self._last_measure = (key, total)
+        return size + total
 
     def observe(self, session: Session, system: str | None, tools: Sequence[Mapping[str, Any]], usage: Usage) -> None:
         """Calibrate with the request the surface just made and the usage the model reported for it."""
