@@ -16,6 +16,7 @@ from dsh.config import Config
 from dsh.persistence.coordinator import PersistenceCoordinator
 from dsh.runtime import Runtime
 from dsh.testing.event_shapes import assert_harness_shapes
+from dsh.testing.postgres import ThrowawaySchemas
 from tests.agent.helpers import HANG_GUARD_S, open_runtime, script
 
 _KEYS = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
@@ -185,8 +186,20 @@ async def test_lists_get_titles_and_totals_from_the_cache_with_zero_log_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After the session closed, a new runtime lists its title and total from the projection cache alone."""
+    await _listed_after_close(Config(home=tmp_path), monkeypatch)
+
+
+async def test_lists_get_titles_and_totals_from_the_postgres_cache_with_zero_log_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_schemas: ThrowawaySchemas
+) -> None:
+    """The same on PostgreSQL, whose cache table lives beside the sessions."""
+    postgres = {"schema_name": pg_schemas.new()}
+    await _listed_after_close(Config(home=tmp_path, database_url=pg_schemas.url, postgres=postgres), monkeypatch)
+
+
+async def _listed_after_close(config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
     client = script([{"text": "a", "usage": {"inputTokens": 50, "outputTokens": 5}}])
-    async with open_runtime(tmp_path, client) as rt:
+    async with Runtime.open(config, model=client) as rt:
         result = await rt.run("Count the words in README")
     reads: Counter[str] = Counter()
     for name in ("inspect", "read_events", "prepare"):
@@ -197,7 +210,7 @@ async def test_lists_get_titles_and_totals_from_the_cache_with_zero_log_reads(
             return _original(self, session_id, *args, **kwargs)
 
         monkeypatch.setattr(PersistenceCoordinator, name, counting)
-    async with Runtime.open(Config(home=tmp_path), read_only=True) as rt:
+    async with Runtime.open(config, read_only=True) as rt:
         (record,) = await rt.query.list_sessions()
         facts = await rt.listed_facts(record.header)
     assert record.id == result.session_id
