@@ -217,3 +217,17 @@ async def _listed_after_close(config: Config, monkeypatch: pytest.MonkeyPatch) -
     assert facts.title == "Count the words in README"
     assert facts.tokens == TokenTotals(50, 5, requests=1)
     assert sum(reads.values()) == 0
+
+
+async def test_a_session_written_before_titles_is_titled_from_its_first_prompt(tmp_path: Path) -> None:
+    """A session whose log has prompts but no title gets one at its next turn, from its first prompt."""
+    async with open_runtime(tmp_path, script([{"text": "ok"}])) as rt:
+        session = rt.sessions.create()
+        first = {"id": "m1", "role": "user", "content": [{"type": "text", "text": "Migrate the billing tables"}]}
+        event = session.append("user/message", {**first, "source": {"kind": "user"}}, surface_op="append")
+        agent = rt.start_agent(session)
+        await agent.turn_result(await agent.send("Any news?"))
+        titles = [e.data for e in agent.session.events if e.type == "session/title"]
+    assert titles == [
+        {"title": "Migrate the billing tables", "messageSeqs": [event.seq], "source": {"kind": "fallback"}}
+    ]

@@ -23,6 +23,7 @@ from dsh.agent.assembler import MessageAssembler
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import text, text_of_blocks
 from dsh.agent.model import ModelClient, ModelRequest, RequestMeta
+from dsh.session.events import SessionEvent
 from dsh.session.session import Session
 
 __all__ = [
@@ -71,6 +72,15 @@ def fallback_title(text: str) -> str:
     return " ".join(word for word in words[:FALLBACK_MAX_WORDS] if word)[:FALLBACK_MAX_CHARS].rstrip()
 
 
+def _is_prompt(event: SessionEvent) -> bool:
+    """A `user/message` someone sent: not a tool result, not a plugin's context message."""
+    if event.type != "user/message":
+        return False
+    data: Any = event.data
+    source = data.get("source") if isinstance(data, Mapping) else None
+    return isinstance(source, Mapping) and source.get("kind") not in ("plugin", "tool")
+
+
 def title_event(title: str, message_seqs: list[int], source: Mapping[str, Any]) -> dict[str, Any]:
     """The data of a `session/title` event."""
     return {"title": title, "messageSeqs": message_seqs, "source": dict(source)}
@@ -99,7 +109,8 @@ class TitleWriter:
         self._task: asyncio.Task[None] | None = None
 
     def first_message(self, item: Any, seq: int, *, model_titles: bool = False) -> None:
-        """Title the session from the message at `seq` when it has no title yet."""
+        """Title the session when it has no title yet: from its first message someone sent (a session
+        written before titles existed is titled from that one, not from the newest)."""
         if self._titled is None:
             self._titled = any(event.type == "session/title" for event in self._session.events)
         if self._titled:
@@ -107,7 +118,12 @@ class TitleWriter:
         source = item.source if isinstance(item.source, Mapping) else {}
         if source.get("kind") == "plugin":
             return
-        content = text_of_blocks(item.content)
+        first = next((event for event in self._session.events if _is_prompt(event)), None)
+        if first is not None and first.seq != seq:
+            data: Any = first.data
+            seq, content = first.seq, text_of_blocks(data.get("content") or ())
+        else:
+            content = text_of_blocks(item.content)
         title = fallback_title(content)
         if not title:
             return
