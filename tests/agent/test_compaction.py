@@ -219,7 +219,7 @@ async def test_nothing_to_compact_writes_nothing(tmp_path: Path) -> None:
 
 async def test_an_automatic_compaction_failure_only_logs_and_the_turn_goes_on(tmp_path: Path) -> None:
     """Over the threshold with a failing summary request, the turn still gets its answer; the failed attempt is
-    closed in the log with its error."""
+    closed in the log with its error, and a turn tries at most once."""
     client = script(
         [
             # A provider counting about a token per byte: the calibrated estimate crosses the threshold.
@@ -239,4 +239,6 @@ async def test_an_automatic_compaction_failure_only_logs_and_the_turn_goes_on(tm
     ends = [event for event in events if event.type == "compaction/end"]
     assert ends
     assert all("no summaries today" in end.data["error"] for end in ends)
+    attempts = [event.data["turn"] for event in events if event.type == "compaction/start"]  # type: ignore[index]
+    assert len(attempts) == len(set(attempts))  # at most one failed attempt per turn
     assert_harness_shapes(events)

@@ -231,6 +231,7 @@ class Compactor:
         # The JSON size of each surface node's message, measured once: a node's event never changes.
         self._sizes: dict[int, int] = {}
         self._last_measure: tuple[tuple[int, int, int], int] = ((-1, -1, -1), 0)
+        self._failed_turn: int | None = None  # the turn whose automatic summary failed
 
     # ---------------------------------------------------------------- measuring
 
@@ -424,6 +425,8 @@ class Compactor:
         if pruned and self.estimate(session, system, tools) <= budget:
             _log.info('session "%s": pruned %d tool results before the request', session.id, len(pruned))
             return None
+        if self._failed_turn == turn:
+            return None  # one failed summary per turn: the turn's later steps do not pay for another
         try:
             result = await self.compact(
                 session,
@@ -439,6 +442,7 @@ class Compactor:
             )
         except AgentError as error:
             _log.warning('session "%s": automatic compaction failed: %s', session.id, error)
+            self._failed_turn = turn
             return None
         if result is not None and pruned:
             result = CompactionResult(
