@@ -177,7 +177,10 @@ class ModelConfig(_Section):
         provider: The provider name recorded on assistant messages (`DSH_MODEL_PROVIDER`); None
             derives it from the host.
         timeout_s: The read timeout of one request in seconds (`DSH_MODEL_TIMEOUT_S`).
-        max_retries: Retries of a request that failed before its first byte (`DSH_MODEL_MAX_RETRIES`).
+        max_retries: Retries of a failed request (`DSH_MODEL_MAX_RETRIES`): the client's before the
+            first byte, and the agent loop's for a stream that broke after it (docs/agent.md#retries).
+        chunk_timeout_s: The longest wait for the next chunk of an open stream
+            (`DSH_MODEL_CHUNK_TIMEOUT_S`); past it the stream counts as broken and is retried.
         max_tokens: The default output limit of one request (`DSH_MODEL_MAX_TOKENS`); None leaves it
             to the endpoint.
     """
@@ -189,6 +192,7 @@ class ModelConfig(_Section):
     provider: str | None = None
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=100)
+    chunk_timeout_s: float = Field(default=60.0, gt=0)
     max_tokens: int | None = Field(default=None, ge=1, le=_MAX_INT32)
 
 
@@ -342,6 +346,7 @@ _FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "DSH_MODEL_PROVIDER": ("model", "provider"),
     "DSH_MODEL_TIMEOUT_S": ("model", "timeout_s"),
     "DSH_MODEL_MAX_RETRIES": ("model", "max_retries"),
+    "DSH_MODEL_CHUNK_TIMEOUT_S": ("model", "chunk_timeout_s"),
     "DSH_MODEL_MAX_TOKENS": ("model", "max_tokens"),
     "DEEPSEEK_API_KEY": ("model", "deepseek_api_key"),
     "DSH_SERVE_MAX_BODY_BYTES": ("server", "max_body_bytes"),

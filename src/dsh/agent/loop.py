@@ -26,6 +26,7 @@ import orjson
 from dsh.abort import AbortController, AbortSignal
 from dsh.agent import _gate
 from dsh.agent._context import HeaderLog, KnobLog, context_message, granted_rules, header_of
+from dsh.agent._retry import StepRetries
 from dsh.agent.assembler import MessageAssembler, ToolCall
 from dsh.agent.errors import AgentError, ModelError
 from dsh.agent.ids import IdFactory
@@ -546,7 +547,7 @@ class Agent:
             if turn.cancelled():
                 self._append("step/end", {"turn": turn.number, "step": step})
                 return _StepOutcome(_aborted(turn), output, usage)
-            assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
+            assembler, chunk_seqs, failure = await self._stream_retrying(turn, step, tools)
             if assembler.usage is not None:
                 usage = assembler.usage if usage is None else usage + assembler.usage
             if failure is not None or turn.cancelled():
@@ -580,6 +581,43 @@ class Agent:
                 return _StepOutcome({"kind": "completed"}, output, usage)
 
     # ---------------------------------------------------------------- model
+
+    async def _stream_retrying(
+        self, turn: _Turn, step: int, tools: list[dict[str, Any]]
+    ) -> tuple[MessageAssembler, list[int], ModelError | None]:
+        """`_stream`, again after a retryable failure, under the client's retry policy (docs/agent.md#retries).
+
+        A failed attempt leaves its logged chunks in the log but no `assistant/message`, so the next
+        attempt is built from the same surface and the model never sees the partial step.
+        """
+        retries = StepRetries(
+            self._session,
+            provider=self._model.provider,
+            policy=getattr(self._model, "retry_policy", None),
+            turn=turn.number,
+            step=step,
+        )
+        while True:
+            assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
+            if failure is None or turn.cancelled():
+                return assembler, chunk_seqs, failure
+            delay_ms = retries.schedule(failure)
+            if delay_ms is None:
+                return assembler, chunk_seqs, failure
+            _log.warning(
+                'agent "%s": model stream failed (%s), retry %d in %.0f ms',
+                self.id,
+                failure.code,
+                retries.used,
+                delay_ms,
+            )
+            try:
+                await self._flush()  # the scheduled retry is durable before its wait, as in the harness
+            except _FlushFailed:
+                self._append("step/end", {"turn": turn.number, "step": step})
+                raise
+            if not await retries.wait(delay_ms, turn.signal):
+                return MessageAssembler(), [], None
 
     async def _stream(
         self, turn: _Turn, step: int, tools: list[dict[str, Any]]

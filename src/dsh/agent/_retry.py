@@ -1,0 +1,93 @@
+"""Retries of a model request whose stream broke: the `llm/retry` and `llm/retry-started` events.
+
+Layer: agent (private to `dsh.agent.loop`). A step whose stream failed with a `ModelError` marked
+`retryable` is requested again, inside the same step, under the model client's `RetryPolicy`
+(docs/agent.md#retries). The bookkeeping follows the TypeScript harness's `llm-retry` plugin, so a
+log with retries stays readable by it: before the wait an `llm/retry` event records the retry
+(`retryId` shared by the step's chain, `retry` counting from 1, the policy, the delay and the
+failure), and after the wait `llm/retry-started` records that the next attempt begins. A wait
+cut short by a cancellation writes no `llm/retry-started`. Nothing here is model-visible: the
+failed attempt left no `assistant/message`, so the retried request is rebuilt from the same surface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from typing import Any
+
+from dsh.abort import AbortSignal
+from dsh.agent.errors import ModelError
+from dsh.agent.model import RetryPolicy
+from dsh.session.session import Session
+
+__all__ = ["StepRetries"]
+
+
+class StepRetries:
+    """The retry chain of one step: decides, records and waits."""
+
+    def __init__(self, session: Session, *, provider: str, policy: RetryPolicy | None, turn: int, step: int) -> None:
+        self._session = session
+        self._provider = provider
+        self._policy = policy
+        self._turn = turn
+        self._step = step
+        self._retry = 0
+        self._retry_id = f"retry-{uuid.uuid4()}"
+
+    @property
+    def used(self) -> int:
+        """How many retries this step has scheduled."""
+        return self._retry
+
+    def schedule(self, failure: ModelError) -> float | None:
+        """Record the next retry of `failure` and return its delay in ms; None when it is not retried.
+
+        Not retried: a failure that is not `retryable`, a client without a policy, a spent budget, or
+        a provider `Retry-After` longer than the policy's longest delay.
+        """
+        policy = self._policy
+        if policy is None or not failure.retryable or self._retry >= policy.max_retries:
+            return None
+        retry = self._retry + 1
+        hint = failure.retry_after_ms
+        if hint is not None and hint > 0:
+            if hint > policy.max_delay_ms:
+                return None
+            delay = float(hint)
+        else:
+            delay = policy.delay_ms(retry, random.random())  # noqa: S311 - jitter, not cryptography
+        self._retry = retry
+        data: dict[str, Any] = {
+            "retryId": self._retry_id,
+            "turn": self._turn,
+            "step": self._step,
+            "provider": self._provider,
+            "mode": "normal",
+            "policyKey": policy.key,
+            "retry": retry,
+            "maxRetries": policy.max_retries,
+            "delayMs": round(delay),
+            "failure": failure.to_json(),
+        }
+        self._session.append("llm/retry", data)
+        return delay
+
+    async def wait(self, delay_ms: float, signal: AbortSignal) -> bool:
+        """Wait out the delay unless `signal` aborts first; True (and `llm/retry-started`) when it ran out."""
+        if signal.aborted:
+            return False
+        aborted = asyncio.ensure_future(signal.wait())
+        try:
+            done, _ = await asyncio.wait((aborted,), timeout=delay_ms / 1000)
+        finally:
+            aborted.cancel()
+        if done or signal.aborted:
+            return False
+        self._session.append(
+            "llm/retry-started",
+            {"retryId": self._retry_id, "turn": self._turn, "step": self._step, "retry": self._retry},
+        )
+        return True
