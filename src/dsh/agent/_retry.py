@@ -13,9 +13,11 @@ failed attempt left no `assistant/message`, so the retried request is rebuilt fr
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from dsh.abort import AbortSignal
 from dsh.agent.errors import ModelError
@@ -23,6 +25,10 @@ from dsh.agent.model import RetryPolicy
 from dsh.session.session import Session
 
 __all__ = ["StepRetries"]
+
+_log = logging.getLogger("dsh.agent")
+
+_A = TypeVar("_A")
 
 
 class StepRetries:
@@ -91,3 +97,33 @@ class StepRetries:
             {"retryId": self._retry_id, "turn": self._turn, "step": self._step, "retry": self._retry},
         )
         return True
+
+    async def run(
+        self,
+        attempt: Callable[[], Awaitable[tuple[_A, list[int], ModelError | None]]],
+        *,
+        signal: AbortSignal,
+        flush: Callable[[], Awaitable[None]],
+        label: str,
+    ) -> tuple[_A | None, list[int], ModelError | None]:
+        """Run `attempt` (one streamed request) until it succeeds, is cancelled, or is not retried.
+
+        A failed attempt leaves its logged chunks in the log but no `assistant/message`, so the next
+        attempt is built from the same surface and the model never sees the partial step. The
+        `llm/retry` event is flushed before the wait, as the harness makes it durable first. A wait
+        cut short by `signal` returns no result and no failure: the caller sees the abort, and the failed
+        attempt's partial answer is dropped.
+        """
+        while True:
+            result, chunk_seqs, failure = await attempt()
+            if failure is None or signal.aborted:
+                return result, chunk_seqs, failure
+            delay_ms = self.schedule(failure)
+            if delay_ms is None:
+                return result, chunk_seqs, failure
+            _log.warning(
+                'agent "%s": model stream failed (%s), retry %d in %.0f ms', label, failure.code, self._retry, delay_ms
+            )
+            await flush()
+            if not await self.wait(delay_ms, signal):
+                return None, [], None

@@ -26,6 +26,7 @@ import orjson
 from dsh.abort import AbortController, AbortSignal
 from dsh.agent import _gate
 from dsh.agent._context import HeaderLog, KnobLog, context_message, granted_rules, header_of
+from dsh.agent._loop_helpers import highest_turn_number, message_of, validation_summary
 from dsh.agent._retry import StepRetries
 from dsh.agent.assembler import MessageAssembler, ToolCall
 from dsh.agent.errors import AgentError, ModelError
@@ -43,7 +44,16 @@ if TYPE_CHECKING:
     from dsh.agent.approval import ApprovalRule, Permissions
     from dsh.services import Services
 
-__all__ = ["Agent", "AgentOptions", "CancelCause", "ChunkListener", "InboxItem", "PreStepHook", "TurnResult"]
+__all__ = [
+    "Agent",
+    "AgentOptions",
+    "CancelCause",
+    "ChunkListener",
+    "CompletionGuard",
+    "InboxItem",
+    "PreStepHook",
+    "TurnResult",
+]
 
 _log = logging.getLogger("dsh.agent")
 
@@ -59,8 +69,16 @@ PreStepHook = Callable[["Agent", int, int], Awaitable[None] | None]
 ChunkListener = Callable[["Agent", int, int, ModelChunk], None]
 """Called with `(agent, turn, step, chunk)` for every streamed chunk, logged or not."""
 
+CompletionGuard = Callable[["Agent", int], "Mapping[str, Any] | str | None"]
+"""Called with `(agent, turn)` when a turn would complete (an answer without tool calls): None lets it
+complete, a string is a reminder the model gets as the next step's user message, and a mapping is the
+`turn/end` error object the turn ends with instead (docs/agent.md#completion-guards)."""
+
+_REMINDER_SOURCE: Final = {"kind": "plugin", "plugin": "pydsh/completion-guard", "form": "reminder"}
+
 _CANCELLED_TEXT: Final = "Error: tool call was cancelled"
 _NOT_RUN_TEXT: Final = "Error: not run: the turn was cancelled"
+_CONCLUDED_TEXT: Final = "Error: not run: an earlier call of this step concluded the turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +140,8 @@ class TurnResult:
             log holds each request's usage on its `assistant/message`, never a turn total.
         error: The `turn/end` error object when `stop_reason` is `error`.
         dropped: True when the item was dropped unclaimed (the agent closed); the other fields are empty.
+        structured: The validated object of a run with an output schema (`Runtime.run(...,
+            output_schema=...)`), else None (docs/agent.md#structured-output).
     """
 
     session_id: str
@@ -132,6 +152,7 @@ class TurnResult:
     usage: Usage | None = None
     error: Mapping[str, Any] | None = None
     dropped: bool = False
+    structured: Any = None
 
 
 @dataclass(slots=True)
@@ -141,6 +162,7 @@ class _Turn:
     number: int
     controller: AbortController = field(default_factory=AbortController)
     cause: CancelCause | None = None
+    conclusion: dict[str, Any] | None = None  # set by `Agent.conclude_turn`: the turn ends after this step
 
     @property
     def signal(self) -> AbortSignal:
@@ -214,6 +236,7 @@ class Agent:
         self._listeners: list[StatusListener] = []
         self._hooks: list[PreStepHook] = []
         self._chunk_listeners: list[ChunkListener] = []
+        self._guards: list[CompletionGuard] = []
         self._results: dict[str, asyncio.Future[TurnResult]] = {}
         self._last_turn: int | None = None  # the highest turn number in the log, scanned once
         self._headers = HeaderLog()
@@ -317,6 +340,29 @@ class Agent:
                 self._hooks.remove(hook)
 
         return remove
+
+    def add_completion_guard(self, guard: CompletionGuard) -> Callable[[], None]:
+        """Check every turn that would complete with `guard` (see `CompletionGuard`); returns a remover."""
+        self._guards.append(guard)
+
+        def remove() -> None:
+            if guard in self._guards:
+                self._guards.remove(guard)
+
+        return remove
+
+    def conclude_turn(self, reason: Mapping[str, Any] | None = None) -> bool:
+        """End the running turn once the current step's tool calls are answered; True when a turn runs.
+
+        Called by a tool body (the `structured_output` tool): the turn makes no further model request
+        and ends with `reason` (default `{kind: "completed"}`); the step's later calls are not run.
+        """
+        turn = self._turn
+        if turn is None:
+            return False
+        if turn.conclusion is None:
+            turn.conclusion = dict(reason) if reason is not None else {"kind": "completed"}
+        return True
 
     # ---------------------------------------------------------------- inbox
 
@@ -454,7 +500,7 @@ class Agent:
 
     async def _run_turn(self, item: InboxItem) -> TurnResult:
         if self._last_turn is None:
-            self._last_turn = _highest_turn_number(self._session)
+            self._last_turn = highest_turn_number(self._session)
         self._last_turn += 1
         number = self._last_turn
         turn = _Turn(number)
@@ -573,23 +619,34 @@ class Agent:
             self._append("step/end", {"turn": turn.number, "step": step})
             if turn.cancelled():
                 return _StepOutcome(_aborted(turn), output, usage)
+            if turn.conclusion is not None:
+                return _StepOutcome(turn.conclusion, output, usage)
             if finish == "length":
                 return _StepOutcome({"kind": "max-tokens"}, output, usage)
             if finish == "content-filter":
                 return _StepOutcome({"kind": "blocked"}, output, usage)
             if not calls:
-                return _StepOutcome({"kind": "completed"}, output, usage)
+                verdict = self._completion_verdict(turn.number)
+                if verdict is None:
+                    return _StepOutcome({"kind": "completed"}, output, usage)
+                if not isinstance(verdict, str):
+                    return _StepOutcome({"kind": "error", "error": dict(verdict)}, output, usage)
+                reminder = {"id": self._ids.message(), "role": "user", "content": [text(verdict)]}
+                self._append("user/message", {**reminder, "source": dict(_REMINDER_SOURCE)})
+
+    def _completion_verdict(self, turn: int) -> Mapping[str, Any] | str | None:
+        for guard in list(self._guards):
+            verdict = guard(self, turn)
+            if verdict is not None:
+                return verdict
+        return None
 
     # ---------------------------------------------------------------- model
 
     async def _stream_retrying(
         self, turn: _Turn, step: int, tools: list[dict[str, Any]]
     ) -> tuple[MessageAssembler, list[int], ModelError | None]:
-        """`_stream`, again after a retryable failure, under the client's retry policy (docs/agent.md#retries).
-
-        A failed attempt leaves its logged chunks in the log but no `assistant/message`, so the next
-        attempt is built from the same surface and the model never sees the partial step.
-        """
+        """`_stream`, again after a retryable failure, under the client's retry policy (docs/agent.md#retries)."""
         retries = StepRetries(
             self._session,
             provider=self._model.provider,
@@ -597,27 +654,18 @@ class Agent:
             turn=turn.number,
             step=step,
         )
-        while True:
-            assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
-            if failure is None or turn.cancelled():
-                return assembler, chunk_seqs, failure
-            delay_ms = retries.schedule(failure)
-            if delay_ms is None:
-                return assembler, chunk_seqs, failure
-            _log.warning(
-                'agent "%s": model stream failed (%s), retry %d in %.0f ms',
-                self.id,
-                failure.code,
-                retries.used,
-                delay_ms,
-            )
+
+        async def flush() -> None:
             try:
-                await self._flush()  # the scheduled retry is durable before its wait, as in the harness
+                await self._flush()
             except _FlushFailed:
                 self._append("step/end", {"turn": turn.number, "step": step})
                 raise
-            if not await retries.wait(delay_ms, turn.signal):
-                return MessageAssembler(), [], None
+
+        assembler, chunk_seqs, failure = await retries.run(
+            lambda: self._stream(turn, step, tools), signal=turn.signal, flush=flush, label=self.id
+        )
+        return assembler if assembler is not None else MessageAssembler(), chunk_seqs, failure
 
     async def _stream(
         self, turn: _Turn, step: int, tools: list[dict[str, Any]]
@@ -743,8 +791,9 @@ class Agent:
     async def _dispatch_all(self, turn: _Turn, step: int, calls: list[ToolCall]) -> None:
         """Dispatch the calls one after another; after a cancellation the rest are answered as not run."""
         for call in calls:
-            if turn.cancelled():
-                self._append_result(turn.number, step, call, _NOT_RUN_TEXT, is_error=True, call_seq=None)
+            if turn.cancelled() or turn.conclusion is not None:
+                text_ = _NOT_RUN_TEXT if turn.cancelled() else _CONCLUDED_TEXT
+                self._append_result(turn.number, step, call, text_, is_error=True, call_seq=None)
                 continue
             call_event = self._append(
                 "tool/call",
@@ -768,7 +817,7 @@ class Agent:
         try:
             args = tool.args_model.model_validate(parsed)
         except Exception as error:
-            text_ = f"Error: invalid arguments for {call.name}: {_validation_summary(error)}"
+            text_ = f"Error: invalid arguments for {call.name}: {validation_summary(error)}"
             self._append_result(turn.number, step, call, text_, is_error=True, call_seq=call_seq)
             return
         context = ToolContext(
@@ -805,7 +854,7 @@ class Agent:
             _log.debug('agent "%s": tool "%s" raised', self.id, call.name, exc_info=raised)
             code = getattr(raised, "code", None)
             details = {"name": type(raised).__name__, "code": code} if isinstance(code, str) else None
-            message = f"Error: {_message_of(raised)}"
+            message = f"Error: {message_of(raised)}"
             self._append_result(turn.number, step, call, message, is_error=True, call_seq=call_seq, error=details)
             return
         output = body.result()
@@ -814,7 +863,7 @@ class Agent:
         except Exception as render_error:
             _log.exception('agent "%s": tool "%s" failed to render its output', self.id, call.name)
             self._append_result(
-                turn.number, step, call, f"Error: {_message_of(render_error)}", is_error=True, call_seq=call_seq
+                turn.number, step, call, f"Error: {message_of(render_error)}", is_error=True, call_seq=call_seq
             )
             return
         # A plain string is exactly the text the model saw: keeping it again would only double the log.
@@ -910,42 +959,3 @@ class Agent:
 
 def _aborted(turn: _Turn) -> dict[str, Any]:
     return {"kind": "aborted", "reason": {"kind": turn.cause or "user"}}
-
-
-def _highest_turn_number(session: Session) -> int:
-    """The highest turn number in the whole log, inherited prefix included (0 for none).
-
-    Scanned once per agent: afterwards only this agent writes turns to its session.
-    """
-    highest = 0
-    for event in session.events:
-        if event.type in ("turn/start", "turn/end"):
-            data = event.data
-            if isinstance(data, Mapping):
-                turn = data.get("turn")
-                if isinstance(turn, int) and not isinstance(turn, bool) and turn > highest:
-                    highest = turn
-    return highest
-
-
-def _message_of(error: BaseException) -> str:
-    message = getattr(error, "message", None)
-    if isinstance(message, str) and message:
-        return message
-    return str(error) or type(error).__name__
-
-
-def _validation_summary(error: Exception) -> str:
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        try:
-            items = errors(include_url=False, include_input=False)
-        except TypeError:
-            items = errors()
-        parts = []
-        for item in items:
-            where = ".".join(str(part) for part in item.get("loc", ())) or "arguments"
-            parts.append(f"{where}: {item.get('msg', 'invalid')}")
-        if parts:
-            return "; ".join(parts)
-    return str(error)
