@@ -205,6 +205,8 @@ class AgentConfig(_Section):
             in-process listeners only).
         cancel_grace_s: How long a cancelled tool body may run on before its task is cancelled.
         system_prompt: The system prompt of top-level agents, if any.
+        structured_output_attempts: Invalid `structured_output` calls and plain answers an agent with
+            an output schema may make before its turn ends `STRUCTURED_OUTPUT_MISSING`.
     """
 
     max_steps: int = Field(default=50, ge=1, le=10_000)
@@ -214,6 +216,7 @@ class AgentConfig(_Section):
     instructions: str | None = None
     time_context: bool = True
     time_zone: str | None = None
+    structured_output_attempts: int = Field(default=3, ge=1, le=100)
 
     @field_validator("time_zone")
     @classmethod

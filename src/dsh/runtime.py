@@ -33,10 +33,10 @@ import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import unquote, urlparse
 
 from dsh.agent.errors import AgentError
@@ -562,6 +562,7 @@ class Runtime:
             "permissions": self.permissions,
             "time_context": settings.time_context,
             "time_zone": settings.time_zone,
+            "structured_output_attempts": settings.structured_output_attempts,
         }
         values.update(overrides)
         if "system_prompt" not in overrides:
@@ -711,19 +712,49 @@ class Runtime:
             raise
 
     async def run(
-        self, prompt: str, session_id: str | None = None, *, source: Source | None = None, cwd: str | None = None
+        self,
+        prompt: str,
+        session_id: str | None = None,
+        *,
+        source: Source | None = None,
+        cwd: str | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> TurnResult:
-        """Send `prompt` to a new top-level agent (or the agent of `session_id`) and return its turn's result."""
+        """Send `prompt` to a new top-level agent (or the agent of `session_id`) and return its turn's result.
+
+        With `output_schema` (an object-rooted JSON Schema) the agent must finish by calling the
+        `structured_output` tool with an object the schema accepts; `TurnResult.structured` is that
+        object (docs/agent.md#structured-output).
+
+        Raises:
+            ValueError: `output_schema` is not an object-rooted JSON Schema.
+        """
+        structured = None
+        extra: list[Tool] = []
+        if output_schema is not None:
+            from dsh.agent.structured import STRUCTURED_OUTPUT_INSTRUCTION, StructuredOutput
+
+            structured = StructuredOutput(output_schema, max_attempts=self.config.agent.structured_output_attempts)
+            extra.append(structured)
+        instructions = STRUCTURED_OUTPUT_INSTRUCTION if structured is not None else None
         if session_id is None:
-            agent = await self.create_agent(cwd=cwd)
+            agent = await self.create_agent(cwd=cwd, tools=extra or None, instructions=instructions)
         else:
-            agent = await self.resume_agent(session_id)
+            agent = await self.resume_agent(session_id, tools=extra or None, instructions=instructions)
+        unbind = structured.bind(agent) if structured is not None else None
         if source is None:
             from dsh.agent.messages import UserSource
 
             source = UserSource()
-        message_id = await agent.send(prompt, source)
-        return await agent.turn_result(message_id)
+        try:
+            message_id = await agent.send(prompt, source)
+            result = await agent.turn_result(message_id)
+        finally:
+            if unbind is not None:
+                unbind()
+        if structured is not None and structured.captured:
+            return dataclasses.replace(result, structured=structured.value)
+        return result
 
     async def settle(self, timeout: float | None = 60) -> None:  # noqa: ASYNC109 - the documented signature
         """Wait until every agent is idle with nothing claimable in its inbox, and every settled

@@ -30,6 +30,7 @@ class AgentError(DshError):
             "AGENT_TURN_FAILED",
             "PERSISTENCE_FLUSH_FAILED",
             "SESSION_OWNED_BY_SUBAGENT",
+            "STRUCTURED_OUTPUT_MISSING",
         }
     )
 
@@ -63,6 +64,9 @@ class ToolError(DshError):
             "SEARCH_FAILED",
             "SANDBOX_DENIED",
             "SANDBOX_UNAVAILABLE",
+            "STRUCTURED_OUTPUT_INVALID",
+            "MCP_SERVER_UNAVAILABLE",
+            "MCP_CALL_FAILED",
         }
     )
 

@@ -100,6 +100,8 @@ class AgentOptions:
             None runs every call without a question.
         time_context: Give the model the current date and time (and the permissions) once per turn.
         time_zone: The IANA zone the time is given in (None: the prompt's `clientTimeZone`, else local).
+        structured_output_attempts: Invalid `structured_output` calls and plain answers allowed when
+            the agent runs with an output schema (docs/agent.md#structured-output).
     """
 
     model: str
@@ -114,6 +116,7 @@ class AgentOptions:
     permissions: Permissions | None = None
     time_context: bool = False
     time_zone: str | None = None
+    structured_output_attempts: int = 3
 
 
 @dataclass(frozen=True, slots=True)
