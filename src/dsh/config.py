@@ -42,6 +42,8 @@ __all__ = [
     "ApprovalsConfig",
     "CacheConfig",
     "Config",
+    "McpConfig",
+    "McpServerConfig",
     "ModelConfig",
     "PersistenceConfig",
     "PostgresConfig",
@@ -310,6 +312,79 @@ class ToolsConfig(_Section):
     grep_max_matches: int = Field(default=250, ge=1, le=100_000)
 
 
+_MCP_SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+class McpServerConfig(_Section):
+    """One MCP server whose tools the agents get (docs/tools.md#mcp-servers).
+
+    Exactly one of `command` (a stdio server this process starts) and `url` (a streamable HTTP
+    server) is set. Values of `env` and `headers` may name environment variables as `${NAME}`; they
+    are read when the server is started, so a secret stays out of the file.
+
+    Attributes:
+        command: The executable of a stdio server.
+        args: Its arguments.
+        env: Variables set for it, on top of a minimal inherited environment (PATH, HOME ...).
+        cwd: Its working folder.
+        url: The endpoint of a streamable HTTP server.
+        headers: Request headers of an HTTP server (`Authorization = "Bearer ${MCP_TOKEN}"`).
+        approval: How a call of any of its tools is approved: `ask` (the default), `allow` or `deny`.
+        tool_approvals: The same per tool, by the server's own tool name; beats `approval`.
+        startup_timeout_s: How long starting the server and listing its tools may take.
+        call_timeout_s: How long one tool call may take before the server counts as hung.
+        enabled: False keeps the entry without starting the server.
+    """
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    approval: RuleAction = "ask"
+    tool_approvals: dict[str, RuleAction] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    call_timeout_s: float = Field(default=60.0, gt=0, le=86_400)
+    enabled: bool = True
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _arg_list(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of command (stdio) and url (streamable HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"an MCP server url must be http(s), got {self.url!r}")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "streamable-http"]:
+        """`stdio` or `streamable-http`."""
+        return "stdio" if self.command is not None else "streamable-http"
+
+
+class McpConfig(_Section):
+    """MCP servers by name (`[mcp.servers.<name>]`, docs/tools.md#mcp-servers).
+
+    A name is 1 to 32 letters, digits, `_` or `-`; the server's tools are offered as
+    `mcp__<name>__<tool>`.
+    """
+
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(f"invalid MCP server name {name!r}: use 1-32 letters, digits, _ or -")
+        return value
+
+
 def default_home() -> Path:
     """`~/.local/share/dsh`."""
     return Path.home() / ".local" / "share" / "dsh"
@@ -338,6 +413,7 @@ _SECTIONS: Final[dict[str, type[_Section]]] = {
     "approvals": ApprovalsConfig,
     "sandbox": SandboxConfig,
     "tools": ToolsConfig,
+    "mcp": McpConfig,
 }
 
 _FLAT: Final[dict[str, str]] = {"DSH_HOME": "home", "DSH_DATABASE_URL": "database_url"}
@@ -440,6 +516,7 @@ class Config(BaseSettings):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     def __init__(self, **values: Any) -> None:
         try:

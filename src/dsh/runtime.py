@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from dsh.agent.model import ModelClient
     from dsh.agent.tools import Tool, ToolRegistry
     from dsh.config import Config
+    from dsh.tools.mcp import McpHub
 
     ToolLike = Tool | Callable[..., object]
     """A tool, or a type-hinted function `dsh.tool` makes one of."""
@@ -235,6 +236,7 @@ class Runtime:
         self._permissions = permissions
         self._agents_md: str | None = None
         self._tools: ToolRegistry | None = None
+        self._mcp: McpHub | None = None
         if self._extra_tools or self.workspace is not None:
             self._tools = self._build_tools()  # a name clash raises here, at open
         self.services = Services()
@@ -327,6 +329,8 @@ class Runtime:
             from dsh.tools.workspace import workspace_tools
 
             tools += workspace_tools(self.workspace, tools=self.config.tools, sandbox=self.config.sandbox)
+        if self._mcp is not None:
+            tools += self._mcp.tools()
         return ToolRegistry([*tools, *self._extra_tools])
 
     @property
@@ -443,6 +447,13 @@ class Runtime:
         if self._use_cache:
             services.projection_cache = await self._open_cache(registry, sessions, persistence)
         services.query = SessionQuery(sessions, persistence, projections=registry)
+        if not self.read_only and any(server.enabled for server in config.mcp.servers.values()):
+            # Before any agent exists, so the servers' tools are part of every first request.
+            from dsh.tools.mcp import McpHub
+
+            self._mcp = McpHub(config.mcp)
+            await self._mcp.start()
+            self._tools = self._build_tools()
         return self
 
     async def _open_cache_storage(self, persistence: PersistenceCoordinator) -> CacheStorage | None:
@@ -522,6 +533,8 @@ class Runtime:
             await step(services.subagents.aclose)
         if services.agents is not None:
             await step(self._close_agents)
+        if self._mcp is not None:
+            await step(self._mcp.aclose)
         if services.sessions is not None:
             await step(services.sessions.aclose)
         if services.projection_cache is not None:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVAL_OUTCOMES",
     "DEFAULT_ASK_TOOLS",
+    "MCP_TOOL_PREFIX",
     "PRESETS",
     "Answerer",
     "ApprovalAnswer",
@@ -51,6 +52,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalRule",
     "Permissions",
+    "mcp_rules",
     "suggested_pattern",
 ]
 
@@ -65,7 +67,10 @@ ApprovalOutcome = Literal["allowed-once", "rejected", "cancelled", "unavailable"
 APPROVAL_OUTCOMES: Final[tuple[ApprovalOutcome, ...]] = get_args(ApprovalOutcome)
 
 DEFAULT_ASK_TOOLS: Final = frozenset({"bash", "edit", "write"})
-"""The tools that ask by default; every other tool is allowed unless a rule says otherwise."""
+"""The tools that ask by default, besides every MCP tool; the others are allowed unless a rule says otherwise."""
+
+MCP_TOOL_PREFIX: Final = "mcp__"
+"""The name prefix of MCP tools, which ask by default (docs/tools.md#mcp-servers)."""
 
 PRESETS: Final[dict[str, tuple[SandboxMode, ApprovalPolicy]]] = {
     "workspace-write": ("workspace-write", "ask"),
@@ -146,11 +151,13 @@ class Permissions:
         flags = [ApprovalRule.parse(spec, "deny") for spec in deny] + [
             ApprovalRule.parse(spec, "allow") for spec in allow
         ]
+        rules = [ApprovalRule(rule.tool, rule.pattern, rule.action) for rule in config.approvals.rules]
+        rules += mcp_rules(config)
         return cls(
             policy=config.approvals.policy,
             sandbox=config.sandbox.mode,
             flag_rules=tuple(flags),
-            rules=tuple(ApprovalRule(rule.tool, rule.pattern, rule.action) for rule in config.approvals.rules),
+            rules=tuple(rules),
             allow_all=config.approvals.allow_all if allow_all is None else allow_all,
         )
 
@@ -177,13 +184,29 @@ class Permissions:
         for rule in ordered:
             if rule.matches(tool, subject):
                 return ("allow" if self.allow_all else rule.action), rule
-        if tool in DEFAULT_ASK_TOOLS and not self.allow_all:
+        if (tool in DEFAULT_ASK_TOOLS or tool.startswith(MCP_TOOL_PREFIX)) and not self.allow_all:
             return "ask", None
         return "allow", None
 
     def for_child(self) -> Permissions:
         """A subagent's permissions: these, marked delegated. Grants of the parent's session stay there."""
         return dataclasses.replace(self, delegated=True)
+
+
+def mcp_rules(config: Config) -> list[ApprovalRule]:
+    """The rules an MCP server's `tool_approvals` and `approval` settings make, tool rules first.
+
+    They rank after the configured `approvals.rules`. A server left at `ask` needs no rule: every
+    `mcp__` tool asks by default (docs/tools.md#mcp-servers).
+    """
+    from dsh.agent.tools import mcp_tool_name
+
+    out: list[ApprovalRule] = []
+    for name, server in config.mcp.servers.items():
+        out += [ApprovalRule(mcp_tool_name(name, tool), "*", action) for tool, action in server.tool_approvals.items()]
+        if server.approval != "ask":
+            out.append(ApprovalRule(glob.escape(f"{MCP_TOOL_PREFIX}{name}__") + "*", "*", server.approval))
+    return out
 
 
 def suggested_pattern(subject: str) -> str:
