@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -148,16 +148,9 @@ class McpConnection:
                 cwd=config.cwd,
             )
             return stdio_client(parameters, errlog=stderr)
-        from mcp.client.streamable_http import streamablehttp_client
-
         assert config.url is not None
         headers = {key: self._expand(value, f"headers.{key}") for key, value in config.headers.items()}
-        return streamablehttp_client(
-            config.url,
-            headers=headers or None,
-            timeout=config.startup_timeout_s,
-            sse_read_timeout=config.call_timeout_s,
-        )
+        return _http_transport(config.url, headers, config.startup_timeout_s, config.call_timeout_s)
 
     def _expand(self, value: str, where: str) -> str:
         def variable(found: re.Match[str]) -> str:
@@ -256,6 +249,22 @@ class McpConnection:
         return ToolError(f'MCP server "{self.name}" is unavailable: {why}', code="MCP_SERVER_UNAVAILABLE")
 
 
+@contextlib.asynccontextmanager
+async def _http_transport(
+    url: str, headers: Mapping[str, str], connect_s: float, read_s: float
+) -> AsyncIterator[tuple[Any, ...]]:
+    """The SDK's streamable HTTP transport over an HTTP client of ours (headers, timeouts), closed after it."""
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+
+    timeout = httpx.Timeout(connect_s, read=read_s)
+    async with (
+        httpx.AsyncClient(headers=dict(headers), timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
+        yield streams
+
+
 async def _list_tools(session: ClientSession) -> tuple[mcp.types.Tool, ...]:
     """Every page of the server's tool list; a name listed twice makes the list invalid."""
     tools: list[mcp.types.Tool] = []
@@ -276,6 +285,8 @@ async def _list_tools(session: ClientSession) -> tuple[mcp.types.Tool, ...]:
 def _closed(error: BaseException) -> bool:
     from mcp.shared.exceptions import McpError
 
+    if isinstance(error, BaseExceptionGroup):
+        return any(_closed(inner) for inner in error.exceptions)
     return isinstance(error, McpError) and error.error.code == _CONNECTION_CLOSED
 
 
