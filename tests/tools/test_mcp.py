@@ -141,6 +141,18 @@ async def test_a_server_that_exits_mid_call_gives_an_error_and_works_on_the_next
     assert "files" in warnings[0].getMessage()
 
 
+async def test_a_call_past_the_call_timeout_gives_an_error_and_the_server_is_restarted(tmp_path: Path) -> None:
+    """A call the server does not answer within `call_timeout_s` is an errored result; the next call runs on a
+    freshly started server."""
+    steps = [_call("mcp__files__hang", {"seconds": 60}), _call("mcp__files__echo", {"text": "again"}), {"text": "OK"}]
+    result, events = await _run(tmp_path, {"files": _stdio(call_timeout_s=1)}, steps)
+    hung, again = tool_results(events)
+    assert hung["error"] == {"name": "ToolError", "code": "MCP_SERVER_UNAVAILABLE"}
+    assert "no answer within 1 s" in result_text_of(hung)
+    assert result_text_of(again).startswith("echo: again (pid ")
+    assert result.output == "OK"
+
+
 async def test_a_server_that_never_starts_warns_once_and_the_others_still_work(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
