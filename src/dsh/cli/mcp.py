@@ -23,7 +23,8 @@ __all__ = ["mcp_app"]
 mcp_app = typer.Typer(
     name="mcp",
     cls=PlainGroup,
-    help="MCP servers configured as tools.",
+    help="MCP servers configured as tools: `dsh mcp list` shows whether each starts, and its tools.\n\n"
+    "\b\nExample:\n  dsh mcp list --json",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,
