@@ -94,6 +94,11 @@ class McpHub:
         await asyncio.gather(*(connection.aclose() for connection in self.connections), return_exceptions=True)
 
 
+# Shown under the name users import (docs/architecture.md#public-names).
+McpConnection.__module__ = __name__
+McpTool.__module__ = __name__
+
+
 async def probe(config: McpConfig) -> list[McpServerReport]:
     """Start each configured server (at once), list its tools, stop it; one report per server, by name."""
 

@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from dsh.abort import AbortSignal
 from dsh.agent.errors import ToolError
 from dsh.config import McpServerConfig
 
@@ -185,7 +184,7 @@ class McpConnection:
 
     # ---------------------------------------------------------------- calls
 
-    async def call(self, tool: str, arguments: Mapping[str, Any], signal: AbortSignal) -> mcp.types.CallToolResult:
+    async def call(self, tool: str, arguments: Mapping[str, Any]) -> mcp.types.CallToolResult:
         """Call `tool` (the server's own name), starting the server first when it is not running.
 
         Raises:
@@ -283,10 +282,13 @@ async def _list_tools(session: ClientSession) -> tuple[mcp.types.Tool, ...]:
 
 
 def _closed(error: BaseException) -> bool:
+    import anyio
     from mcp.shared.exceptions import McpError
 
     if isinstance(error, BaseExceptionGroup):
         return any(_closed(inner) for inner in error.exceptions)
+    if isinstance(error, anyio.BrokenResourceError | anyio.ClosedResourceError | anyio.EndOfStream):
+        return True  # the process exited while the handshake was being written or read
     return isinstance(error, McpError) and error.error.code == _CONNECTION_CLOSED
 
 

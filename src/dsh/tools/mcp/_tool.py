@@ -68,7 +68,7 @@ class McpTool:
                 the next call) or `MCP_CALL_FAILED` (the server's error result or protocol error).
         """
         arguments = args.root if isinstance(args, McpArguments) else dict(args)
-        call = asyncio.ensure_future(self.connection.call(self.raw_name, arguments, ctx.signal))
+        call = asyncio.ensure_future(self.connection.call(self.raw_name, arguments))
         aborted = asyncio.ensure_future(ctx.signal.wait())
         try:
             await asyncio.wait({call, aborted}, return_when=asyncio.FIRST_COMPLETED)
