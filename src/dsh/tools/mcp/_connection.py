@@ -228,6 +228,8 @@ class McpConnection:
             raise await self._died(tool, _describe(error)) from None
 
     async def _send(self, session: ClientSession, tool: str, arguments: Mapping[str, Any]) -> mcp.types.CallToolResult:
+        # The SDK's streamable HTTP transport swallows a stream that breaks mid-call (the call would
+        # wait forever), so the call timeout is what notices an HTTP server that went away.
         async with asyncio.timeout(self.config.call_timeout_s):
             return await session.call_tool(
                 tool, dict(arguments), read_timeout_seconds=timedelta(seconds=self.config.call_timeout_s)
