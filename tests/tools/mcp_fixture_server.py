@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from mcp.server.fastmcp import FastMCP, Image
+from mcp.server.fastmcp import Context, FastMCP, Image
 
 # A 1x1 transparent PNG.
 _PIXEL = base64.b64decode(
@@ -50,6 +50,14 @@ def picture() -> Image:
 def refuse(reason: str) -> str:
     """Always fails with the reason."""
     raise ValueError(f"refused: {reason}")
+
+
+@server.tool()
+def authorization(ctx: Context) -> str:  # type: ignore[type-arg]
+    """The Authorization header of the HTTP request that made this call."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return str(headers.get("authorization", "(none)")) if headers is not None else "(not HTTP)"
 
 
 @server.tool()

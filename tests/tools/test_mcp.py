@@ -116,6 +116,27 @@ async def test_stdio_and_http_tools_are_listed_and_called(tmp_path: Path, http_s
         os.kill(pid, 0)
 
 
+async def test_http_headers_take_secrets_from_the_environment(
+    tmp_path: Path, http_server: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`${NAME}` in a header is read from the environment when the server starts; a missing variable makes the
+    start fail with a WARNING naming it; no log line shows a header's value."""
+    monkeypatch.setenv("DSH_TEST_MCP_TOKEN", "s3cret-token")
+    headers = {"Authorization": "Bearer ${DSH_TEST_MCP_TOKEN}"}
+    steps = [_call("mcp__web__authorization", {}), {"text": "DONE"}]
+    _result, events = await _run(
+        tmp_path / "a", {"web": {"url": http_server, "headers": headers, "approval": "allow"}}, steps
+    )
+    [seen] = tool_results(events)
+    assert result_text_of(seen) == "Bearer s3cret-token"
+    missing = {"web": {"url": http_server, "headers": {"Authorization": "Bearer ${DSH_TEST_MCP_UNSET}"}}}
+    with caplog.at_level(logging.WARNING, logger="dsh.tools.mcp"):
+        await _run(tmp_path / "b", missing, [{"text": "no tools"}])
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "DSH_TEST_MCP_UNSET (named by headers.Authorization) is not set" in warning
+    assert "s3cret-token" not in caplog.text
+
+
 async def test_a_server_that_exits_mid_call_gives_an_error_and_works_on_the_next_call(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
