@@ -410,7 +410,10 @@ class Runtime:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> Self:
-        """Build and open every service."""
+        """Build and open every service, then start the configured MCP servers (docs/tools.md#mcp-servers).
+
+        A server that does not start is logged (WARNING) and offers no tools; the runtime still opens.
+        """
         if self._opened:
             return self
         self._opened = True
