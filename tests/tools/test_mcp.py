@@ -24,7 +24,7 @@ import pytest
 from dsh import Config, Runtime
 from dsh.agent.approval import Permissions
 from dsh.agent.ids import SequentialIds
-from dsh.agent.tools import mcp_tool_name
+from dsh.agent.mcp_names import mcp_tool_name
 from dsh.session.events import SessionEvent
 from dsh.testing.event_shapes import assert_harness_shapes
 from dsh.testing.stored_logs import StepClock

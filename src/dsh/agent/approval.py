@@ -10,7 +10,8 @@ file tool, the compact JSON arguments of any other tool):
 * a matching `deny` rule refuses the call, whatever else matches;
 * otherwise the first matching `allow` or `ask` rule decides, in the order command-line flags,
   grants made during this session ("always"), configured rules;
-* otherwise the defaults: `write`, `edit` and `bash` ask, every other tool is allowed;
+* otherwise the defaults: `write`, `edit`, `bash` and every MCP tool (`mcp__...`) ask, every other
+  tool is allowed;
 * `allow_all` turns every remaining `ask` into `allow`.
 
 An `ask` under the `never` policy is rejected without asking anyone. Otherwise the question goes to
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from dsh.abort import AbortSignal
 from dsh.agent.errors import ApprovalError
+from dsh.agent.mcp_names import MCP_TOOL_PREFIX, mcp_tool_name
 from dsh.config import ApprovalPolicy, RuleAction, SandboxMode
 
 if TYPE_CHECKING:
@@ -42,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVAL_OUTCOMES",
     "DEFAULT_ASK_TOOLS",
-    "MCP_TOOL_PREFIX",
     "PRESETS",
     "Answerer",
     "ApprovalAnswer",
@@ -69,8 +70,6 @@ APPROVAL_OUTCOMES: Final[tuple[ApprovalOutcome, ...]] = get_args(ApprovalOutcome
 DEFAULT_ASK_TOOLS: Final = frozenset({"bash", "edit", "write"})
 """The tools that ask by default, besides every MCP tool; the others are allowed unless a rule says otherwise."""
 
-MCP_TOOL_PREFIX: Final = "mcp__"
-"""The name prefix of MCP tools, which ask by default (docs/tools.md#mcp-servers)."""
 
 PRESETS: Final[dict[str, tuple[SandboxMode, ApprovalPolicy]]] = {
     "workspace-write": ("workspace-write", "ask"),
@@ -199,8 +198,6 @@ def mcp_rules(config: Config) -> list[ApprovalRule]:
     They rank after the configured `approvals.rules`. A server left at `ask` needs no rule: every
     `mcp__` tool asks by default (docs/tools.md#mcp-servers).
     """
-    from dsh.agent.tools import mcp_tool_name
-
     out: list[ApprovalRule] = []
     for name, server in config.mcp.servers.items():
         out += [ApprovalRule(mcp_tool_name(name, tool), "*", action) for tool, action in server.tool_approvals.items()]

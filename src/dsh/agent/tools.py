@@ -9,11 +9,9 @@ output is kept on the tool-result block (docs/agent.md#tool-dispatch).
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dsh.abort import AbortSignal
 from dsh.agent.errors import ToolError
@@ -32,29 +30,8 @@ __all__ = [
     "ToolContext",
     "ToolHandle",
     "ToolRegistry",
-    "mcp_tool_name",
     "neutral_schema",
 ]
-
-_MCP_NAME_MAX: Final = 64
-_MCP_HASH_CHARS: Final = 12
-_NOT_NAME_CHARS: Final = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def mcp_tool_name(server: str, tool: str) -> str:
-    """The model-facing name of MCP tool `tool` of server `server`: `mcp__<server>__<tool>`.
-
-    The harness's naming: characters outside `[A-Za-z0-9_-]` become `_`, and when that changed the
-    name or it is longer than 64 characters, it is cut to leave room for `_` and the first 12 hex
-    digits of the SHA-256 of `server NUL tool`, so distinct tools never share a name. The name is a
-    pure function of the pair; it is never parsed back (docs/tools.md#mcp-servers).
-    """
-    joined = f"mcp__{server}__{tool}"
-    normalized = _NOT_NAME_CHARS.sub("_", joined)
-    if normalized == joined and len(normalized) <= _MCP_NAME_MAX:
-        return normalized
-    digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:_MCP_HASH_CHARS]
-    return f"{normalized[: _MCP_NAME_MAX - _MCP_HASH_CHARS - 1]}_{digest}"
 
 
 @runtime_checkable

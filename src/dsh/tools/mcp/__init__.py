@@ -4,7 +4,7 @@ Layer: tools. `McpHub(config.mcp)` owns one connection per enabled server
 (`[mcp.servers.<name>]` in the configuration file, docs/tools.md#mcp-servers). `start()` starts them
 all at once, before any agent's first model request, so their tool lists are part of it; a server
 that fails to start costs one WARNING and offers no tools, and the others are unaffected. Each tool
-is an `McpTool` named `mcp__<server>__<tool>` (`dsh.agent.tools.mcp_tool_name`); its calls go through
+is an `McpTool` named `mcp__<server>__<tool>` (`dsh.agent.mcp_names.mcp_tool_name`); its calls go through
 the approval rules (every MCP tool asks unless configured otherwise). A server that dies or hangs
 during a call turns that call into an errored result and is started again by the next call.
 `aclose()` stops every server. `probe(config.mcp)` starts each server once to report on it, which is
@@ -18,7 +18,8 @@ import logging
 from dataclasses import dataclass
 
 from dsh.agent.errors import ToolError
-from dsh.agent.tools import Tool, mcp_tool_name
+from dsh.agent.mcp_names import mcp_tool_name
+from dsh.agent.tools import Tool
 from dsh.config import McpConfig
 from dsh.tools.mcp._connection import McpConnection, ServerState
 from dsh.tools.mcp._tool import McpTool

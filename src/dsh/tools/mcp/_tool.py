@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Final
 from pydantic import RootModel
 
 from dsh.agent.errors import ToolError
+from dsh.agent.mcp_names import mcp_tool_name
 from dsh.agent.messages import text
-from dsh.agent.tools import ToolContext, mcp_tool_name
+from dsh.agent.tools import ToolContext
 
 if TYPE_CHECKING:
     import mcp.types
