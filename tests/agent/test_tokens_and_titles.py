@@ -231,3 +231,34 @@ async def test_a_session_written_before_titles_is_titled_from_its_first_prompt(t
     assert titles == [
         {"title": "Migrate the billing tables", "messageSeqs": [event.seq], "source": {"kind": "fallback"}}
     ]
+
+
+async def test_a_resumed_session_counts_every_turn_and_a_fork_only_its_own(tmp_path: Path) -> None:
+    """A session resumed by a second runtime (which writes a `session/end-seed`) totals both turns, live and
+    cold; a fork of it, whose inherited prefix holds that marker, counts only the requests made after its cut."""
+    client = script(
+        [
+            {"text": "one", "usage": {"inputTokens": 100, "outputTokens": 5}},
+            {"text": "two", "usage": {"inputTokens": 20, "outputTokens": 7}},
+            {"text": "three", "usage": {"inputTokens": 3, "outputTokens": 1}},
+        ]
+    )
+    async with open_runtime(tmp_path, client) as rt:
+        first = await rt.run("one")
+    async with open_runtime(tmp_path, client) as rt:
+        second = await rt.run("two", first.session_id)
+        live = await rt.tokens(first.session_id)
+        agent = await rt.resume_agent(first.session_id)
+        fork = rt.sessions.fork(agent.session, child_id="00000009-0000-4000-8000-000000000009")
+        fork_id = fork.id
+        assert "session/end-seed" in [event.type for event in fork.events[: fork.inherited_event_count]]
+        forked_agent = await rt.resume_agent(fork_id)
+        await forked_agent.turn_result(await forked_agent.send("three"))
+        fork_live = await rt.tokens(fork_id)
+        listed = await rt.listed_facts(fork.header)
+    async with open_runtime(tmp_path, client) as rt:
+        cold = await rt.tokens(first.session_id)
+        fork_cold = await rt.tokens(fork_id)
+    assert second.session_tokens == live == cold == TokenTotals(120, 12, requests=2)
+    assert fork_live == fork_cold == TokenTotals(3, 1, requests=1)
+    assert listed.tokens == fork_live

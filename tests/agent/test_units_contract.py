@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from dsh.agent.units import title_unit, tokens_unit
+from dsh.agent.units import own_tokens_view, title_unit, tokens_unit
 from dsh.projection.unit import ProjectionUnit
 from dsh.session.events import make_event
 from dsh.testing import check_unit
@@ -63,9 +63,9 @@ def _fold(unit: ProjectionUnit[Any, Any], records: list[dict[str, Any]]) -> Any:
     return state
 
 
-def test_tokens_sum_per_model_and_turn_skip_bad_usage_and_restart_after_a_seed() -> None:
-    """Totals add each usage per model and for the latest turn; a negative count is ignored; an end-seed starts the
-    count of the session's own requests again."""
+def test_tokens_sum_per_model_and_turn_skip_bad_usage_and_count_on_across_an_end_seed() -> None:
+    """Totals add each usage per model and for the latest turn; a negative count is ignored; an end-seed (which a
+    resume writes too) does not restart the count, and `own_tokens_view` folds only what follows a fork cut."""
     state = _fold(tokens_unit(), _REPRESENTATIVE[:8])
     assert state["total"] == {
         "inputTokens": 18,
@@ -78,8 +78,15 @@ def test_tokens_sum_per_model_and_turn_skip_bad_usage_and_restart_after_a_seed()
     assert state["byModel"]["a"]["requests"] == 2
     assert state["lastTurn"] == {"turn": 2, **dict.fromkeys(state["total"], 0)}
     after_seed = _fold(tokens_unit(), _REPRESENTATIVE)
-    assert after_seed["total"]["requests"] == 1
+    assert after_seed["total"]["requests"] == 4
     assert after_seed["lastTurn"]["turn"] == 2
+    events = [
+        make_event(record["type"], seq, record["time"], record["data"]) for seq, record in enumerate(_REPRESENTATIVE)
+    ]
+    cut = next(seq for seq, record in enumerate(_REPRESENTATIVE) if record["type"] == "session/end-seed")
+    own = own_tokens_view(events, cut)
+    assert own is not None
+    assert (own["total"]["requests"], own["total"]["inputTokens"]) == (1, 1)
 
 
 def test_the_latest_usable_title_wins() -> None:

@@ -3,10 +3,10 @@
 Layer: agent. `listed_facts` is for lists (`dsh sessions`, the HTTP session list, the web UI): the
 title and token total of a session **without reading its log** — from the live registry's cells
 when the session is live in this process, else from a projection-cache hit; otherwise the fact is
-simply absent. `session_tokens` is the authoritative total of one session: live
-cells, else one cold fold (the cache's anchored tail read when there is a cache, else a read of the
-log). Both use the `title` and `tokens` units (`dsh.agent.titles`, `dsh.agent.usage`), which the
-runtime registers; the cache checkpoints them when a session goes idle and when it closes.
+simply absent. `session_tokens` is the authoritative total of one session's own requests: live
+cells, else one read of the log and a fold after the session's fork cut. Both use the `title` and
+`tokens` units (`dsh.agent.titles`, `dsh.agent.usage`), which the runtime registers; the cache
+checkpoints them when a session goes idle and when it closes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.agent.units import TITLE_KEY, TOKENS_KEY
+from dsh.agent.units import TITLE_KEY, TOKENS_KEY, own_tokens_view
 from dsh.agent.usage import ModelPrice, TokenTotals, totals_from_view
 from dsh.services import Services
-from dsh.session.header import SessionHeader, SessionId, SessionLogOffset
+from dsh.session.header import SessionHeader, SessionLogOffset
 
 __all__ = ["ListedFacts", "listed_facts", "session_tokens"]
 
@@ -47,6 +47,8 @@ async def listed_facts(services: Services, header: SessionHeader, prices: Mappin
         live = services.sessions.get(header.id) if services.sessions is not None else None
         if live is not None:
             values = registry.snapshot(live, keys).values
+            if live.inherited_event_count and TOKENS_KEY in values:
+                values = {**values, TOKENS_KEY: own_tokens_view(live.events, live.inherited_event_count)}
         elif services.projection_cache is not None and not header.is_seeded:
             # Only an unseeded header proves its cut (0) without a body read.
             snapshot = await services.projection_cache.cached_snapshot(header, SessionLogOffset(0), keys)
@@ -70,11 +72,18 @@ async def session_tokens(services: Services, session_id: str, prices: Mapping[st
     assert registry is not None
     assert services.persistence is not None
     live = services.sessions.get(session_id) if services.sessions is not None else None
+    view: object
     if live is not None:
-        view = registry.snapshot(live, (TOKENS_KEY,)).get(TOKENS_KEY)
-    elif services.projection_cache is not None:
-        view = (await services.projection_cache.cold_snapshot(SessionId(session_id), (TOKENS_KEY,))).get(TOKENS_KEY)
+        if live.inherited_event_count:
+            view = own_tokens_view(live.events, live.inherited_event_count)
+        else:
+            view = registry.snapshot(live, (TOKENS_KEY,)).get(TOKENS_KEY)
     else:
-        read = await services.persistence.read_events(session_id)
-        view = registry.restore(None, read.events, 0, (TOKENS_KEY,)).snapshot.get(TOKENS_KEY)
+        # One read: the observation carries the fork cut, which a cached fold of the whole log
+        # cannot apply (a fork's own requests start at its cut, not at a `session/end-seed`).
+        observed = await services.persistence.inspect(session_id)
+        if observed.inherited_event_count:
+            view = own_tokens_view(observed.events, observed.inherited_event_count)
+        else:
+            view = registry.restore(None, observed.events, 0, (TOKENS_KEY,)).snapshot.get(TOKENS_KEY)
     return totals_from_view(view, prices) or TokenTotals()

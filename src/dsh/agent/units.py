@@ -8,18 +8,27 @@ state, the same object for events they ignore, and they never raise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from dsh.projection.unit import ClientView, ProjectionUnit
 from dsh.session.events import SessionEvent
 
-__all__ = ["COUNTER_KEYS", "TITLE_KEY", "TOKENS_KEY", "add_counts", "title_unit", "tokens_unit", "usage_counts"]
+__all__ = [
+    "COUNTER_KEYS",
+    "TITLE_KEY",
+    "TOKENS_KEY",
+    "add_counts",
+    "own_tokens_view",
+    "title_unit",
+    "tokens_unit",
+    "usage_counts",
+]
 
 TITLE_KEY: Final = "title"
 TITLE_UNIT_VERSION: Final = 1
 TOKENS_KEY: Final = "tokens"
-TOKENS_UNIT_VERSION: Final = 1
+TOKENS_UNIT_VERSION: Final = 2
 
 USAGE_KEYS: Final = ("inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "reasoningTokens")
 """The disjoint usage counts of the harness's `TokenUsage`."""
@@ -65,8 +74,6 @@ def _tokens_init() -> dict[str, Any]:
 def _tokens_apply(state: dict[str, Any], event: SessionEvent) -> dict[str, Any]:
     try:
         kind = event.type
-        if kind == "session/end-seed":
-            return state if not state else {}
         data: Any = event.data
         if kind == "turn/start":
             turn = data.get("turn") if isinstance(data, Mapping) else None
@@ -134,6 +141,23 @@ def _counters(value: object, where: str, extra: tuple[str, ...] = ()) -> None:
             raise ValueError(f"tokens.{where}.{key}: expected an integer >= 0")
 
 
+_TOKEN_EVENT_TYPES: Final = frozenset({"assistant/message", "compaction/summary", "turn/start"})
+
+
+def own_tokens_view(events: Sequence[SessionEvent], cut: int) -> dict[str, Any] | None:
+    """The `tokens` view of the requests a seeded session made itself: the fold of `events[cut:]`.
+
+    The unit folds a whole log, so a fork's state also counts the requests of the prefix it
+    inherited (its header's `seedLength`, the cut). A `session/end-seed` marker is no boundary: it
+    is also written when a session is resumed. In memory, over events already read.
+    """
+    state = _tokens_init()
+    for event in events[cut:]:
+        if event.type in _TOKEN_EVENT_TYPES:
+            state = _tokens_apply(state, event)
+    return _tokens_render(state)
+
+
 def tokens_unit() -> ProjectionUnit[Any, Any]:
     """The `tokens` unit: `{total, byModel, lastTurn}` counters of the session's own requests (view `null` before)."""
     return ProjectionUnit(
@@ -143,7 +167,7 @@ def tokens_unit() -> ProjectionUnit[Any, Any]:
         apply=_tokens_apply,
         state_schema=_Schema(nullable=False),
         view=ClientView(render=_tokens_render, schema=_Schema(nullable=True)),
-        event_types=frozenset({"assistant/message", "compaction/summary", "turn/start", "session/end-seed"}),
+        event_types=_TOKEN_EVENT_TYPES,
     )
 
 

@@ -3,10 +3,11 @@
 Layer: agent. Usage is recorded once per model request, on the step's `assistant/message`, in the
 harness's disjoint `TokenUsage` shape (docs/agent.md#token-usage). The `tokens` unit folds those
 usages into a session's totals: the whole session, per model (prices are per model), and the
-latest turn. It counts the session's *own* requests: a `session/end-seed` (the end of a fork's
-inherited prefix) starts the count again, so a fork never counts the requests of the log it was
-copied from and a subagent tree's total is the plain sum of its sessions' totals
-(docs/projections.md#tokens-and-titles). The state is plain JSON and small (one counter object
+latest turn. The unit folds the whole log; a session's *own* requests are those after its fork
+cut (the header's `seedLength`; a `session/end-seed` marker is no boundary, since a resume writes
+one too), which `dsh.agent.accounting` applies for a seeded session, so a fork never counts the
+requests of the log it was copied from and a subagent tree's total is the plain sum of its sessions'
+totals (docs/projections.md#tokens-and-titles). The state is plain JSON and small (one counter object
 per model), so folding a 300-turn session copies a few dictionaries per step, never a list of turns.
 
 Cost is computed where totals are shown, from the configured price table
