@@ -117,6 +117,14 @@ class Health(TypedDict):
     version: str
 
 
+class Ready(TypedDict):
+    """`GET /api/v1/ready`: every check is `ok` (else 503 `not-ready` with the same `checks`)."""
+
+    ok: Literal[True]
+    version: str
+    checks: dict[str, str]
+
+
 class SessionSummary(TypedDict):
     """One session as lists show it: header facts, the agent registry's status and, when known, a title."""
 

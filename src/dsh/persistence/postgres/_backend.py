@@ -77,6 +77,7 @@ RETRIES: Final = 5
 _BACKOFF_S: Final = 0.05
 
 _NEXT_SEQ: Final = "SELECT next_seq FROM {s}.sessions WHERE id = %s"
+_HOLDER: Final = "SELECT holder FROM {s}.session_leases WHERE session_id = %s AND expires_at > now()"
 _EVENTS_AFTER: Final = (
     "SELECT seq, type, time, data, ignorable, source_event_seqs, surface_op FROM {s}.events "
     "WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"
@@ -597,6 +598,18 @@ class PostgresBackend:
             await conn.execute("SELECT 1")
 
         await self.run(work, "reach the database")
+
+    async def lease_holder(self, session_id: str) -> str | None:
+        """Who holds the session's lease now (an unexpired row), or None."""
+        statement = _HOLDER.replace("{s}", quoted(self.schema))
+
+        async def work(conn: AsyncConnection[Any]) -> str | None:
+            found = await (await conn.execute(statement, (session_id,))).fetchone()
+            return None if found is None else str(found[0])
+
+        if not bindable(session_id):
+            return None
+        return await self.run(work, "read a lease", session_id)
 
     def holder_gone(self, holder: str) -> bool:
         """Whether a lease holder is certainly a dead process of this machine (docs above, dead writers)."""

@@ -25,6 +25,7 @@ from dsh.agent.errors import ModelError
 from dsh.agent.loop import Agent
 from dsh.agent.messages import UserSource
 from dsh.errors import DshError
+from dsh.persistence.errors import LeaseHeldError
 from dsh.query.errors import SessionQueryError
 from dsh.query.records import SessionRecord
 from dsh.runtime import Runtime
@@ -37,11 +38,13 @@ from dsh.server.models import (
     HistoryPage,
     MessageAccepted,
     PromptBody,
+    Ready,
     SessionCreated,
     SessionList,
     SessionSummary,
     summary_json,
 )
+from dsh.server.replicas import ReplicaSet, readiness
 from dsh.server.routes.deps import (
     NO_BODY,
     BeforeSeq,
@@ -202,15 +205,30 @@ def agent_failure(session_id: str, error: BaseException, fallback: str) -> WireE
 
 async def _live_agent(request: Request, rt: Runtime, session_id: str, fallback: str) -> Agent:
     """The session's live agent, resuming the stored session as a top-level agent when needed."""
+    agent = await _local_agent(request, rt, session_id, fallback, held_elsewhere_ok=False)
+    assert agent is not None
+    return agent
+
+
+async def _local_agent(
+    request: Request, rt: Runtime, session_id: str, fallback: str, *, held_elsewhere_ok: bool
+) -> Agent | None:
+    """As `_live_agent`; with replicas and `held_elsewhere_ok`, None when another replica holds the session."""
     agent = rt.agents.get(session_id)
     if agent is not None:
         return agent
     locks: ResumeLocks = request.app.state.resume_locks
+    replicas: ReplicaSet | None = request.app.state.replicas
     async with locks.hold(session_id):
         try:
-            return await rt.resume_agent(session_id)
+            agent = rt.agents.get(session_id) or await rt.resume_agent(session_id)
         except Exception as error:
+            if held_elsewhere_ok and replicas is not None and isinstance(error, LeaseHeldError):
+                return None
             raise agent_failure(session_id, error, fallback) from None
+    if replicas is not None:
+        replicas.taken(session_id)  # requests that waited for a holder are done here now
+    return agent
 
 
 # ---------------------------------------------------------------- routes
@@ -220,6 +238,15 @@ async def _live_agent(request: Request, rt: Runtime, session_id: str, fallback: 
 async def health() -> JsonBody:
     """Liveness and version; needs no token."""
     return JsonBody({"ok": True, "version": __version__})
+
+
+@router.get("/ready", operation_id="ready", response_model=Ready, responses=error_responses(400, 503))
+async def ready(request: Request, rt: Rt) -> JsonBody:
+    """Readiness: the store answers (and, with replicas, notices are heard); needs no token."""
+    checks = await readiness(rt, request.app.state.replicas)
+    if not all(value == "ok" for value in checks.values()):
+        raise WireError("not-ready", "the server cannot serve requests now", {"checks": checks})
+    return JsonBody({"ok": True, "version": __version__, "checks": checks})
 
 
 @router.get(
@@ -322,11 +349,17 @@ async def prompt_session(
     """Queue a prompt as the session's next turn: a live agent gets it, a stored session is resumed first."""
     time_zone = check_time_zone(body.client_time_zone)
     await _fenced_header(rt, session_id, signal)
-    agent = await _live_agent(request, rt, session_id, "session prompt failed")
+    agent = await _local_agent(request, rt, session_id, "session prompt failed", held_elsewhere_ok=True)
     if signal.aborted:
         raise cancelled("the prompt")
+    source = UserSource(rpc_id=request_id(request), client_time_zone=time_zone)
+    if agent is None:
+        # Another replica holds the session: it gets the prompt through the store (docs/server.md#replicas).
+        replicas: ReplicaSet = request.app.state.replicas
+        message_id = await replicas.prompt(session_id, body.blocks(), source.to_json())
+        return JsonBody({"messageId": message_id}, status_code=202)
     try:
-        message_id = await agent.send(body.blocks(), UserSource(rpc_id=request_id(request), client_time_zone=time_zone))
+        message_id = await agent.send(body.blocks(), source)
     except Exception as error:
         raise agent_failure(session_id, error, "session prompt failed") from None
     return JsonBody({"messageId": message_id}, status_code=202)
@@ -339,12 +372,15 @@ async def prompt_session(
     response_model=Accepted,
     responses=error_responses(400, 401, 404, 409, 413, 415, 500),
 )
-async def interrupt_session(session_id: SessionIdPath, rt: Rt) -> JsonBody:
+async def interrupt_session(request: Request, session_id: SessionIdPath, rt: Rt) -> JsonBody:
     """Cancel the live agent's current turn (cause `user`, inbox kept); a session without one is a no-op."""
     await _fenced_header(rt, session_id, AbortSignal.none())
     agent = rt.agents.get(session_id)
+    replicas: ReplicaSet | None = request.app.state.replicas
     if agent is not None:
         agent.cancel("user", keep_inbox=True)
+    elif replicas is not None:
+        await replicas.interrupt(session_id)  # the holder, if another live replica, cancels its turn
     return JsonBody({"accepted": True})
 
 
