@@ -229,9 +229,7 @@ _STRANDED: Final = (
     "SELECT DISTINCT r.session_id, l.holder, COALESCE(l.expires_at <= now(), true) "
     "FROM {t} r LEFT JOIN {l} l ON l.session_id = r.session_id "
     "WHERE r.state <> 'done' AND r.session_id IS NOT NULL AND ("
-    "(r.state = 'pending' AND r.created_at <= now() - make_interval(secs => %s)) "
-    "OR (r.state = 'accepted' AND (l.holder IS NULL OR l.holder IS DISTINCT FROM r.handler "
-    "OR l.expires_at <= now())))"
+    "(r.state = 'pending' AND r.created_at <= now() - make_interval(secs => %s)) OR r.state = 'accepted')"
 )
 
 
@@ -321,10 +319,10 @@ class Requests:
         return await cursor.fetchone() is not None
 
     async def stranded(self, conn: AsyncConnection[Any], min_age_s: float) -> list[tuple[str, str | None, bool]]:
-        """Sessions with unfinished requests nobody seems to work on: `(session, lease holder, lease expired)`.
+        """Sessions whose unfinished requests may need a new holder: `(session, lease holder, lease expired)`.
 
-        Pending rows older than `min_age_s`, and accepted rows whose handler no longer holds the
-        session's lease (its lease expired, was released, or went to someone else).
+        Pending rows older than `min_age_s`, and accepted rows not done yet; the caller judges the
+        holder (expired, released, or a dead process of this machine).
         """
         cursor = await conn.execute(self._stranded, (min_age_s,))
         return [(str(row[0]), row[1], bool(row[2])) for row in await cursor.fetchall()]

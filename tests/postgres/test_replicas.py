@@ -1,0 +1,251 @@
+"""Two `dsh serve` processes on one PostgreSQL schema serve every session together (docs/server.md#replicas).
+
+Each test starts real replicas (`python -m dsh serve --database-url postgresql://...`, scripted model,
+a shared token) on its own throw-away schema, so its tables and notification channel are its own.
+Waits are on facts (a frame, a row) under a hang guard, never timing assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dsh.testing.postgres import ThrowawaySchemas
+from tests.postgres.helpers import sql
+from tests.postgres.replicas import (
+    GUARD_S,
+    Replica,
+    ReplicaGroup,
+    event_seqs,
+    replica_group,
+    stream,
+    summarised,
+    turn_end,
+)
+
+pytestmark = pytest.mark.slow
+
+PROMPT = {"content": [{"type": "text", "text": "tell me"}]}
+HOLD = {"content": [{"type": "text", "text": "HOLD this turn"}]}
+
+
+async def _create(replica: Replica) -> str:
+    async with replica.client() as http:
+        response = await http.post("/api/v1/sessions")
+        assert response.status_code == 201, response.text
+        return str(response.json()["session"]["id"])
+
+
+async def _prompt(replica: Replica, session_id: str, body: dict[str, object] = PROMPT) -> str:
+    async with replica.client() as http:
+        response = await http.post(f"/api/v1/sessions/{session_id}/prompt", json=body)
+        assert response.status_code == 202, response.text
+        return str(response.json()["messageId"])
+
+
+async def _until(predicate: object) -> None:
+    async def wait() -> None:
+        while True:
+            value = predicate()  # type: ignore[operator]
+            if asyncio.iscoroutine(value):
+                value = await value
+            if value:
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(wait(), GUARD_S)
+
+
+async def _turn_ended(group: ReplicaGroup, session_id: str, turn: int) -> dict[str, object] | None:
+    for _, kind, data in await group.stored(session_id):
+        if kind == "turn/end" and data.get("turn") == turn:
+            return data
+    return None
+
+
+async def test_a_client_of_replica_b_sees_every_frame_of_a_turn_run_on_a_and_resumes_exactly_on_either(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """Frames of a turn prompted through A reach B's stream in seq order, none twice; a reconnect to the
+    other replica with `Last-Event-ID` gets exactly the missed frames."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        a, b = await group.start("a"), await group.start("b")
+        session_id = await _create(a)
+        async with stream(b, session_id) as on_b:
+            start = on_b.last_id
+            assert start is not None
+            await _prompt(a, session_id)
+            await on_b.until(turn_end(1))
+        stored = await group.stored(session_id)
+        assert event_seqs(on_b.events) == summarised(stored, int(start))
+        assert {"session/event"} <= {sse.event for sse in on_b.events}
+
+        # Turn 2: B's client leaves after the first frame, then reconnects to A with its last id.
+        async with stream(b, session_id) as on_b:
+            await _prompt(a, session_id)
+            first = await on_b.until(lambda sse: sse.event == "session/event")
+            last_id = first[-1].last_id
+            assert last_id is not None
+        await _until(lambda: _turn_ended(group, session_id, 2))
+        async with stream(a, session_id, last_event_id=last_id) as on_a:
+            await on_a.until(turn_end(2))
+        stored = await group.stored(session_id)
+        seen = int(last_id)
+        assert event_seqs(on_a.events) == summarised(stored, seen)
+        assert on_a.events[-1].last_id == str(stored[-1][0]) or stored[-1][1] == "assistant/chunk"
+
+
+async def test_a_prompt_sent_to_the_replica_without_the_lease_runs_on_the_holder_and_an_interrupt_there_stops_it(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """B forwards a prompt for A's session through the store: A runs it (its lease stays); B's interrupt stops A's turn."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        a, b = await group.start("a"), await group.start("b")
+        session_id = await _create(a)
+        holder = await group.holder_of(session_id)
+        async with stream(b, session_id) as on_b:
+            message_id = await _prompt(b, session_id)
+            await on_b.until(turn_end(1))
+            users = [data for _, kind, data in await group.stored(session_id) if kind == "user/message"]
+            assert [user["id"] for user in users] == [message_id]
+            assert await group.holder_of(session_id) == holder
+
+            await _prompt(b, session_id, HOLD)
+            await on_b.until(lambda sse: sse.event == "session/event" and sse.data["type"] == "step/start")
+            async with b.client() as http:
+                response = await http.post(f"/api/v1/sessions/{session_id}/interrupt")
+                assert response.status_code == 200, response.text
+            ended = await on_b.until(turn_end(2))
+        assert ended[-1].data["summary"]["reason"]["kind"] == "aborted"
+        data = await _turn_ended(group, session_id, 2)
+        assert data is not None and data["reason"] == {"kind": "aborted", "cause": "user"}
+        rows = await sql(
+            group.url, "SELECT kind, state, handler FROM {s}.session_requests ORDER BY id", schema=group.schema
+        )
+        assert [(kind, state, handler == holder) for kind, state, handler in rows] == [
+            ("prompt", "done", True),
+            ("prompt", "accepted", True),
+            ("interrupt", "done", True),
+        ]
+
+
+async def test_sigkill_of_the_holder_mid_turn_hands_the_session_and_its_pending_prompt_to_the_other_replica(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """A dies (SIGKILL) in a turn with a prompt from B queued: B takes over at once (same host, dead pid,
+    lease still valid), closes the turn as aborted, runs the queued prompt under its message id, loses nothing."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        # Leases outlive the test: only the proof that A's process is gone lets B take over.
+        a = await group.start("a", DSH_PG_LEASE_TTL_S="600", DSH_PG_LEASE_RENEW_S="10")
+        b = await group.start("b", DSH_PG_LEASE_TTL_S="600", DSH_PG_LEASE_RENEW_S="10")
+        session_id = await _create(a)
+        holder_a = await group.holder_of(session_id)
+        async with stream(b, session_id) as on_b:
+            await _prompt(a, session_id, HOLD)
+            await on_b.until(lambda sse: sse.event == "session/event" and sse.data["type"] == "step/start")
+            queued = await _prompt(b, session_id)  # accepted by A, queued behind the held turn
+            acknowledged = await group.stored(session_id)
+            await a.kill()
+            await on_b.until(turn_end(2))
+        stored = await group.stored(session_id)
+        assert stored[: len(acknowledged)] == acknowledged
+        ends = {data["turn"]: data["reason"] for _, kind, data in stored if kind == "turn/end"}
+        assert ends[1]["kind"] == "aborted"
+        assert ends[2] == {"kind": "completed"}
+        users = [data["id"] for _, kind, data in stored if kind == "user/message"]
+        assert users[-1] == queued and users.count(queued) == 1
+        holder_b = await group.holder_of(session_id)
+        assert holder_b is not None and holder_b != holder_a
+        rows = await sql(group.url, "SELECT state FROM {s}.session_requests", schema=group.schema)
+        await _until(lambda: _all_done(group))
+        assert rows
+
+
+async def _all_done(group: ReplicaGroup) -> bool:
+    rows = await sql(group.url, "SELECT state FROM {s}.session_requests", schema=group.schema)
+    return all(state == "done" for (state,) in rows)
+
+
+async def test_a_holder_that_only_looks_remote_is_replaced_once_its_lease_expired(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """A dead holder whose name says another host cannot be proven dead: B's prompt waits as a request row
+    until the lease expires, then B takes the session and runs it."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        a = await group.start("a", DSH_PG_LEASE_TTL_S="3", DSH_PG_LEASE_RENEW_S="1")
+        b = await group.start("b", DSH_PG_LEASE_TTL_S="3", DSH_PG_LEASE_RENEW_S="1")
+        session_id = await _create(a)
+        await _prompt(a, session_id)
+        await _until(lambda: _turn_ended(group, session_id, 1))
+        await a.kill()
+        await sql(
+            group.url,
+            "UPDATE {s}.session_leases SET holder = 'feedc0ffee00@elsewhere:1', expires_at = now() + interval '3 s' "
+            "WHERE session_id = %s",
+            [session_id],
+            schema=group.schema,
+        )
+        message_id = await _prompt(b, session_id)
+        await _until(lambda: _turn_ended(group, session_id, 2))
+        users = [data["id"] for _, kind, data in await group.stored(session_id) if kind == "user/message"]
+        assert users[-1] == message_id
+        rows = await sql(group.url, "SELECT kind, sender = handler FROM {s}.session_requests", schema=group.schema)
+        assert rows == [("prompt", True)]  # it waited as a request row, then B took the session and did it
+        assert (await group.holder_of(session_id) or "").split("@")[1] != "elsewhere:1"
+
+
+async def test_killing_the_notification_connection_mid_stream_loses_no_frame(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """`pg_terminate_backend` of B's listening connection during A's turns: B listens again, reads the gap
+    from the store, and its client gets every frame once, in order."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        a, b = await group.start("a"), await group.start("b")
+        holder_b = await group.holder_of(await _create(b))
+        session_id = await _create(a)
+        async with stream(b, session_id) as on_b:
+            start = int(on_b.last_id or "-1")
+            await _prompt(a, session_id)
+            await on_b.until(lambda sse: sse.event == "session/event")
+            killed = await sql(
+                group.url,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+                [f"dsh listen {holder_b}"[:63]],
+            )
+            assert killed == [(True,)]
+            await _prompt(a, session_id)  # turn 2 commits while B may not be listening
+            await on_b.until(turn_end(2))
+            await _prompt(a, session_id)
+            await on_b.until(turn_end(3))
+        stored = await group.stored(session_id)
+        assert event_seqs(on_b.events) == summarised(stored, start)
+        async with b.client() as http:
+            ready = await http.get("/api/v1/ready")
+        assert ready.json()["checks"] == {"store": "ok", "notices": "ok"}
+        assert "the notification connection broke" in b.log()
+
+
+async def test_an_idle_session_is_released_and_the_next_prompt_lands_on_the_replica_that_received_it(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """With `DSH_SERVE_IDLE_RELEASE_S=1` A lets an idle session's lease go; B's prompt then takes it, no request row."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        a = await group.start("a", DSH_SERVE_IDLE_RELEASE_S="1")
+        b = await group.start("b")
+        session_id = await _create(a)
+        await _prompt(a, session_id)
+        await _until(lambda: _turn_ended(group, session_id, 1))
+        await _until(lambda: _no_lease(group, session_id))
+        await _prompt(b, session_id)
+        await _until(lambda: _turn_ended(group, session_id, 2))
+        assert await group.holder_of(session_id) is not None
+        assert await sql(group.url, "SELECT count(*) FROM {s}.session_requests", schema=group.schema) == [(0,)]
+        async with a.client() as http:
+            ready = await http.get("/api/v1/ready")
+        assert ready.status_code == 200 and ready.json()["checks"] == {"store": "ok", "notices": "ok"}
+
+
+async def _no_lease(group: ReplicaGroup, session_id: str) -> bool:
+    return await group.holder_of(session_id) is None
