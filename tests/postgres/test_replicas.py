@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +57,11 @@ async def _until(predicate: object) -> None:
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(wait(), GUARD_S)
+
+
+def _user_messages(stored: list[tuple[int, str, dict[str, Any]]]) -> list[str]:
+    """The ids of the messages people sent (not the runtime's context messages), in log order."""
+    return [data["id"] for _, kind, data in stored if kind == "user/message" and data["source"]["kind"] == "user"]
 
 
 async def _turn_ended(group: ReplicaGroup, session_id: str, turn: int) -> dict[str, object] | None:
@@ -108,8 +114,7 @@ async def test_a_prompt_sent_to_the_replica_without_the_lease_runs_on_the_holder
         async with stream(b, session_id) as on_b:
             message_id = await _prompt(b, session_id)
             await on_b.until(turn_end(1))
-            users = [data for _, kind, data in await group.stored(session_id) if kind == "user/message"]
-            assert [user["id"] for user in users] == [message_id]
+            assert _user_messages(await group.stored(session_id)) == [message_id]
             assert await group.holder_of(session_id) == holder
 
             await _prompt(b, session_id, HOLD)
@@ -120,13 +125,13 @@ async def test_a_prompt_sent_to_the_replica_without_the_lease_runs_on_the_holder
             ended = await on_b.until(turn_end(2))
         assert ended[-1].data["summary"]["reason"]["kind"] == "aborted"
         data = await _turn_ended(group, session_id, 2)
-        assert data is not None and data["reason"] == {"kind": "aborted", "cause": "user"}
+        assert data is not None and data["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
         rows = await sql(
             group.url, "SELECT kind, state, handler FROM {s}.session_requests ORDER BY id", schema=group.schema
         )
         assert [(kind, state, handler == holder) for kind, state, handler in rows] == [
             ("prompt", "done", True),
-            ("prompt", "accepted", True),
+            ("prompt", "done", True),  # done once its (interrupted) turn ended
             ("interrupt", "done", True),
         ]
 
@@ -152,15 +157,13 @@ async def test_sigkill_of_the_holder_mid_turn_hands_the_session_and_its_pending_
         stored = await group.stored(session_id)
         assert stored[: len(acknowledged)] == acknowledged
         ends = {data["turn"]: data["reason"] for _, kind, data in stored if kind == "turn/end"}
-        assert ends[1]["kind"] == "aborted"
+        assert ends[1] == {"kind": "interrupted"}  # the crash rules close the dead holder's turn
         assert ends[2] == {"kind": "completed"}
-        users = [data["id"] for _, kind, data in stored if kind == "user/message"]
+        users = _user_messages(stored)
         assert users[-1] == queued and users.count(queued) == 1
         holder_b = await group.holder_of(session_id)
         assert holder_b is not None and holder_b != holder_a
-        rows = await sql(group.url, "SELECT state FROM {s}.session_requests", schema=group.schema)
-        await _until(lambda: _all_done(group))
-        assert rows
+        await _until(lambda: _all_done(group))  # the adopted request is finished by its new holder
 
 
 async def _all_done(group: ReplicaGroup) -> bool:
@@ -189,8 +192,7 @@ async def test_a_holder_that_only_looks_remote_is_replaced_once_its_lease_expire
         )
         message_id = await _prompt(b, session_id)
         await _until(lambda: _turn_ended(group, session_id, 2))
-        users = [data["id"] for _, kind, data in await group.stored(session_id) if kind == "user/message"]
-        assert users[-1] == message_id
+        assert _user_messages(await group.stored(session_id))[-1] == message_id
         rows = await sql(group.url, "SELECT kind, sender = handler FROM {s}.session_requests", schema=group.schema)
         assert rows == [("prompt", True)]  # it waited as a request row, then B took the session and did it
         assert (await group.holder_of(session_id) or "").split("@")[1] != "elsewhere:1"
@@ -223,8 +225,7 @@ async def test_killing_the_notification_connection_mid_stream_loses_no_frame(
         assert event_seqs(on_b.events) == summarised(stored, start)
         async with b.client() as http:
             ready = await http.get("/api/v1/ready")
-        assert ready.json()["checks"] == {"store": "ok", "notices": "ok"}
-        assert "the notification connection broke" in b.log()
+        assert ready.json()["checks"] == {"store": "ok", "notices": "ok"}  # it listens again
 
 
 async def test_an_idle_session_is_released_and_the_next_prompt_lands_on_the_replica_that_received_it(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from dsh.agent.errors import ApprovalError
+from dsh.errors import DshError
 from dsh.persistence.errors import LeaseHeldError
 from dsh.server.errors import WireError
 from dsh.server.feed import StoreFeed, StoreSubscription
@@ -345,6 +346,10 @@ class ReplicaSet:
                     await rt.resume_agent(session_id)
                 except LeaseHeldError:
                     return False
+                except DshError as error:
+                    if error.code != "SESSION_NOT_FOUND":  # not stored yet: its creator holds it
+                        _log.warning('replicas: session "%s" could not be taken over: %s', session_id, error)
+                    return False
         self.taken(session_id)
         return True
 
@@ -368,6 +373,11 @@ class ReplicaSet:
                 {"reason": "the replica holding this session did not accept the prompt"},
             )
         return message_id
+
+    async def held_elsewhere(self, session_id: str) -> bool:
+        """Whether another replica holds the session's lease now."""
+        holder = await self._backend.lease_holder(session_id)
+        return holder is not None and holder != self.id
 
     async def interrupt(self, session_id: str) -> None:
         """Have the holder cancel its running turn (nothing to do when nobody alive holds the session)."""

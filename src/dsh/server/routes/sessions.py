@@ -164,9 +164,15 @@ def _not_found(session_id: str) -> WireError:
     return WireError("session-not-found", f'session "{session_id}" not found', {"sessionId": session_id})
 
 
-async def _fenced_header(rt: Runtime, session_id: str, signal: AbortSignal) -> SessionHeader:
+async def _fenced_header(
+    rt: Runtime, session_id: str, signal: AbortSignal, replicas: ReplicaSet | None = None
+) -> SessionHeader | None:
+    """The header of a session the agent-bound routes may address; None when (with `replicas`) the session
+    is not stored yet but another replica holds it (created there a moment ago)."""
     header = await _header(rt, session_id, signal)
     if header is None:
+        if replicas is not None and await replicas.held_elsewhere(session_id):
+            return None
         raise _not_found(session_id)
     if header.origin == "subagent":
         raise WireError("agent-busy", f'session "{session_id}" is owned by subagent routing', {"reason": _FENCE_REASON})
@@ -303,6 +309,10 @@ async def create_session(request: Request, rt: Rt, body: CreateSessionBody | Non
         raise _model_unavailable() from None
     try:
         agent = await rt.create_agent(cwd=os.getcwd())
+        if request.app.state.replicas is not None:
+            # The lease is taken before the answer, so another replica sent this id a moment later
+            # finds its holder (docs/server.md#replicas).
+            await rt.persistence.drain(agent.id)
     except Exception as error:
         raise agent_failure("new", error, "session creation failed") from None
     out: dict[str, Any] = {}
@@ -348,14 +358,17 @@ async def prompt_session(
 ) -> JsonBody:
     """Queue a prompt as the session's next turn: a live agent gets it, a stored session is resumed first."""
     time_zone = check_time_zone(body.client_time_zone)
-    await _fenced_header(rt, session_id, signal)
-    agent = await _local_agent(request, rt, session_id, "session prompt failed", held_elsewhere_ok=True)
+    replicas: ReplicaSet | None = request.app.state.replicas
+    header = await _fenced_header(rt, session_id, signal, replicas)
+    agent = None
+    if header is not None:
+        agent = await _local_agent(request, rt, session_id, "session prompt failed", held_elsewhere_ok=True)
     if signal.aborted:
         raise cancelled("the prompt")
     source = UserSource(rpc_id=request_id(request), client_time_zone=time_zone)
     if agent is None:
         # Another replica holds the session: it gets the prompt through the store (docs/server.md#replicas).
-        replicas: ReplicaSet = request.app.state.replicas
+        assert replicas is not None
         message_id = await replicas.prompt(session_id, body.blocks(), source.to_json())
         return JsonBody({"messageId": message_id}, status_code=202)
     try:
@@ -374,9 +387,9 @@ async def prompt_session(
 )
 async def interrupt_session(request: Request, session_id: SessionIdPath, rt: Rt) -> JsonBody:
     """Cancel the live agent's current turn (cause `user`, inbox kept); a session without one is a no-op."""
-    await _fenced_header(rt, session_id, AbortSignal.none())
-    agent = rt.agents.get(session_id)
     replicas: ReplicaSet | None = request.app.state.replicas
+    await _fenced_header(rt, session_id, AbortSignal.none(), replicas)
+    agent = rt.agents.get(session_id)
     if agent is not None:
         agent.cancel("user", keep_inbox=True)
     elif replicas is not None:
