@@ -138,7 +138,8 @@ class ReplicaGroup:
         assert replica.process.stdout is not None
 
         async def announced() -> str:
-            assert replica.process is not None and replica.process.stdout is not None
+            assert replica.process is not None
+            assert replica.process.stdout is not None
             while True:
                 line = (await replica.process.stdout.readline()).decode()
                 if not line:
@@ -242,14 +243,13 @@ class SseClient:
 
 
 @contextlib.asynccontextmanager
-async def stream(
-    replica: Replica, session_id: str, last_event_id: str | None = None
-) -> AsyncIterator[SseClient]:
+async def stream(replica: Replica, session_id: str, last_event_id: str | None = None) -> AsyncIterator[SseClient]:
     """Follow one session on a replica's push stream."""
     headers = {} if last_event_id is None else {"Last-Event-ID": last_event_id}
-    async with replica.client() as http, http.stream(
-        "GET", "/api/v1/stream", params={"sessionId": session_id}, headers=headers
-    ) as response:
+    async with (
+        replica.client() as http,
+        http.stream("GET", "/api/v1/stream", params={"sessionId": session_id}, headers=headers) as response,
+    ):
         assert response.status_code == 200
         client = SseClient(response)
         # The stream opens with its position: wait for it, so the stream is attached before the test acts.

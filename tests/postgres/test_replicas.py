@@ -74,8 +74,7 @@ async def _turn_ended(group: ReplicaGroup, session_id: str, turn: int) -> dict[s
 async def test_a_client_of_replica_b_sees_every_frame_of_a_turn_run_on_a_and_resumes_exactly_on_either(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
-    """Frames of a turn prompted through A reach B's stream in seq order, none twice; a reconnect to the
-    other replica with `Last-Event-ID` gets exactly the missed frames."""
+    """B's client gets every frame of a turn run on A once, in order; a reconnect to A resumes exactly."""
     async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
         a, b = await group.start("a"), await group.start("b")
         session_id = await _create(a)
@@ -106,7 +105,7 @@ async def test_a_client_of_replica_b_sees_every_frame_of_a_turn_run_on_a_and_res
 async def test_a_prompt_sent_to_the_replica_without_the_lease_runs_on_the_holder_and_an_interrupt_there_stops_it(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
-    """B forwards a prompt for A's session through the store: A runs it (its lease stays); B's interrupt stops A's turn."""
+    """B forwards a prompt for A's session through the store and A runs it; B's interrupt stops A's turn."""
     async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
         a, b = await group.start("a"), await group.start("b")
         session_id = await _create(a)
@@ -125,7 +124,8 @@ async def test_a_prompt_sent_to_the_replica_without_the_lease_runs_on_the_holder
             ended = await on_b.until(turn_end(2))
         assert ended[-1].data["summary"]["reason"]["kind"] == "aborted"
         data = await _turn_ended(group, session_id, 2)
-        assert data is not None and data["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
+        assert data is not None
+        assert data["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
         rows = await sql(
             group.url, "SELECT kind, state, handler FROM {s}.session_requests ORDER BY id", schema=group.schema
         )
@@ -139,8 +139,7 @@ async def test_a_prompt_sent_to_the_replica_without_the_lease_runs_on_the_holder
 async def test_sigkill_of_the_holder_mid_turn_hands_the_session_and_its_pending_prompt_to_the_other_replica(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
-    """A dies (SIGKILL) in a turn with a prompt from B queued: B takes over at once (same host, dead pid,
-    lease still valid), closes the turn as aborted, runs the queued prompt under its message id, loses nothing."""
+    """SIGKILLed holder: B takes over at once, the turn is closed, the queued prompt runs, nothing is lost."""
     async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
         # Leases outlive the test: only the proof that A's process is gone lets B take over.
         a = await group.start("a", DSH_PG_LEASE_TTL_S="600", DSH_PG_LEASE_RENEW_S="10")
@@ -160,9 +159,11 @@ async def test_sigkill_of_the_holder_mid_turn_hands_the_session_and_its_pending_
         assert ends[1] == {"kind": "interrupted"}  # the crash rules close the dead holder's turn
         assert ends[2] == {"kind": "completed"}
         users = _user_messages(stored)
-        assert users[-1] == queued and users.count(queued) == 1
+        assert users[-1] == queued
+        assert users.count(queued) == 1
         holder_b = await group.holder_of(session_id)
-        assert holder_b is not None and holder_b != holder_a
+        assert holder_b is not None
+        assert holder_b != holder_a
         await _until(lambda: _all_done(group))  # the adopted request is finished by its new holder
 
 
@@ -174,8 +175,7 @@ async def _all_done(group: ReplicaGroup) -> bool:
 async def test_a_holder_that_only_looks_remote_is_replaced_once_its_lease_expired(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
-    """A dead holder whose name says another host cannot be proven dead: B's prompt waits as a request row
-    until the lease expires, then B takes the session and runs it."""
+    """A holder named after another host is waited for: B takes the session only once its lease expired."""
     async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
         a = await group.start("a", DSH_PG_LEASE_TTL_S="3", DSH_PG_LEASE_RENEW_S="1")
         b = await group.start("b", DSH_PG_LEASE_TTL_S="3", DSH_PG_LEASE_RENEW_S="1")
@@ -201,8 +201,7 @@ async def test_a_holder_that_only_looks_remote_is_replaced_once_its_lease_expire
 async def test_killing_the_notification_connection_mid_stream_loses_no_frame(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
-    """`pg_terminate_backend` of B's listening connection during A's turns: B listens again, reads the gap
-    from the store, and its client gets every frame once, in order."""
+    """B's listening connection is terminated mid-stream: it listens again and its client misses no frame."""
     async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
         a, b = await group.start("a"), await group.start("b")
         holder_b = await group.holder_of(await _create(b))
@@ -231,7 +230,7 @@ async def test_killing_the_notification_connection_mid_stream_loses_no_frame(
 async def test_an_idle_session_is_released_and_the_next_prompt_lands_on_the_replica_that_received_it(
     pg_schemas: ThrowawaySchemas, tmp_path: Path
 ) -> None:
-    """With `DSH_SERVE_IDLE_RELEASE_S=1` A lets an idle session's lease go; B's prompt then takes it, no request row."""
+    """An idle session's lease is released (`DSH_SERVE_IDLE_RELEASE_S`); B's prompt then takes it directly."""
     async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
         a = await group.start("a", DSH_SERVE_IDLE_RELEASE_S="1")
         b = await group.start("b")
@@ -245,7 +244,8 @@ async def test_an_idle_session_is_released_and_the_next_prompt_lands_on_the_repl
         assert await sql(group.url, "SELECT count(*) FROM {s}.session_requests", schema=group.schema) == [(0,)]
         async with a.client() as http:
             ready = await http.get("/api/v1/ready")
-        assert ready.status_code == 200 and ready.json()["checks"] == {"store": "ok", "notices": "ok"}
+        assert ready.status_code == 200
+        assert ready.json()["checks"] == {"store": "ok", "notices": "ok"}
 
 
 async def _no_lease(group: ReplicaGroup, session_id: str) -> bool:

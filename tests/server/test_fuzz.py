@@ -114,7 +114,7 @@ def _sweep(strategy: st.SearchStrategy[Any], label: str, base_url: str, answered
 
 @pytest.mark.slow
 def test_schemathesis_requests_without_the_token_are_401_on_every_route_but_health_and_ready(tmp_path: Path) -> None:
-    """Generated requests to every `/api/v1` operation but health and ready, the stream included, with no token or a wrong one: 401."""
+    """Generated requests to every `/api/v1` operation but health and ready, with no token or a wrong one: 401."""
     answered: collections.Counter[str] = collections.Counter()
     with ThreadedServer(tmp_path / "home", _seed) as live:
         raw = httpx.get(f"{live.base_url}/openapi.json", timeout=30).json()
