@@ -26,6 +26,7 @@ BENCHMARKS = [
     "agent_loop",
     "catalog_load",
     "server_load",
+    "replica_load",
     "startup",
     "backends",
 ]
