@@ -253,15 +253,16 @@ class ReplicaSet:
 
     # ---------------------------------------------------------------- the holder's side
 
-    async def drain(self, session_id: str) -> None:
-        """Do the session's unfinished requests in order, if this replica holds the session."""
+    async def drain(self, session_id: str, *, adopt: bool = False) -> None:
+        """Do the session's pending requests in order, if this replica holds the session; with `adopt`
+        (after taking the session) first the ones a previous holder accepted and left unfinished."""
         lock = self._drains.setdefault(session_id, asyncio.Lock())
         async with lock:
             agent = self._runtime.agents.get(session_id)
             if agent is None:
                 return
             backend = self._backend
-            for orphan in await backend.orphan_requests(session_id):
+            for orphan in await backend.orphan_requests(session_id) if adopt else ():
                 if await backend.adopt_request(orphan):
                     await self._redeliver(agent, orphan)
             while (row := await backend.claim_next_request(session_id)) is not None:
@@ -354,8 +355,8 @@ class ReplicaSet:
         return True
 
     def taken(self, session_id: str) -> None:
-        """This replica now holds the session: do the requests waiting for it."""
-        self._spawn(self.drain(session_id), "dsh-replica-drain")
+        """This replica now holds the session: do the requests waiting for it and the ones left unfinished."""
+        self._spawn(self.drain(session_id, adopt=True), "dsh-replica-drain")
 
     async def prompt(self, session_id: str, content: list[dict[str, Any]], source: dict[str, Any]) -> str:
         """Have the holder queue a prompt; returns the message id it was given.
@@ -401,6 +402,8 @@ class ReplicaSet:
         request_id = await backend.submit_request(session_id, kind, body)
         waiter = self._waiters[request_id] = asyncio.Event()
         deadline = loop.time() + timeout_s
+        # The route has just found the holder alive; try to take the session only once a poll went by.
+        take_from = loop.time() + self.settings.poll_s
         try:
             while True:
                 row = await backend.get_request(request_id)
@@ -412,8 +415,8 @@ class ReplicaSet:
                     if self._runtime.agents.get(session_id) is not None:
                         await self.drain(session_id)  # this replica holds it now
                         continue
-                    if take_over and await self.take(session_id):
-                        await self.drain(session_id)
+                    if take_over and loop.time() >= take_from and await self.take(session_id):
+                        await self.drain(session_id, adopt=True)
                         continue
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -450,7 +453,7 @@ class ReplicaSet:
         backend = self._backend
         for session_id, holder, expired in await backend.stranded_requests(self.settings.poll_s):
             if self._runtime.agents.get(session_id) is not None:
-                self._spawn(self.drain(session_id), "dsh-replica-drain")
+                self._spawn(self.drain(session_id, adopt=True), "dsh-replica-drain")
             elif holder is None or expired or backend.holder_gone(holder):
                 self._spawn(self.take(session_id), "dsh-replica-take")
 

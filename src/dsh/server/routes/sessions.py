@@ -312,7 +312,7 @@ async def create_session(request: Request, rt: Rt, body: CreateSessionBody | Non
         if request.app.state.replicas is not None:
             # The lease is taken before the answer, so another replica sent this id a moment later
             # finds its holder (docs/server.md#replicas).
-            await rt.persistence.drain(agent.id)
+            await rt.persistence.settle_init(agent.id)
     except Exception as error:
         raise agent_failure("new", error, "session creation failed") from None
     out: dict[str, Any] = {}
