@@ -1,4 +1,7 @@
-"""Commit notices, the listener, request rows and the store feed on a real PostgreSQL schema (docs/server.md#replicas)."""
+"""Commit notices, the listener, request rows and the store feed on a real PostgreSQL schema.
+
+See docs/server.md#replicas and docs/storage-format.md#postgresql-notifications-and-requests.
+"""
 
 from __future__ import annotations
 
@@ -90,7 +93,7 @@ async def test_a_terminated_listener_listens_again_and_reports_the_gap(
 async def test_a_request_row_is_claimed_once_answered_and_adopted_by_the_next_holder(
     pg_schemas: ThrowawaySchemas, hosts: list[Host]
 ) -> None:
-    """Two instances: one claim wins, the answer wakes the sender, a pending row can be withdrawn, an orphan adopted once."""
+    """Two instances: one claim wins, answers wake the sender, pending rows can be withdrawn, orphans adopted once."""
     schema = pg_schemas.new()
     a = await open_host(pg_schemas.url, schema, "a")
     b = await open_host(pg_schemas.url, schema, "b")
@@ -131,7 +134,7 @@ async def test_a_request_row_is_claimed_once_answered_and_adopted_by_the_next_ho
 async def test_the_store_feed_serves_rows_in_seq_order_once_and_resumes_from_a_position(
     pg_schemas: ThrowawaySchemas, hosts: list[Host], tmp_path: Path
 ) -> None:
-    """Frames carry store positions; repeated notices read nothing twice; a stream resumed from a position gets the rest."""
+    """Frames carry store positions; repeated notices read nothing twice; a resumed stream gets the rest."""
     schema = pg_schemas.new()
     a = await open_host(pg_schemas.url, schema, "a")
     hosts.append(a)
