@@ -33,7 +33,7 @@ HELD_ANSWER = "Partial text of an answer that waits."
 
 
 def write_script(path: Path) -> Path:
-    """The model script every replica answers from: `HOLD` waits forever, anything else answers at length."""
+    """The model script of every replica: `HOLD` waits forever, `WRITE` asks to write a file, else a long answer."""
     script = {
         "version": 1,
         "model": "replica-test",
@@ -41,7 +41,12 @@ def write_script(path: Path) -> Path:
             "main": {
                 "steps": [],
                 "on": [
+                    {"match": {"lastToolResult": ""}, "text": "WRITTEN"},
                     {"match": {"lastUser": "HOLD"}, "hold": "never-released", "text": HELD_ANSWER},
+                    {
+                        "match": {"lastUser": "WRITE"},
+                        "toolCalls": [{"name": "write", "arguments": {"file_path": "note.txt", "content": "hi"}}],
+                    },
                     {"text": LONG_ANSWER, "chunkSize": 8},
                 ],
             }

@@ -250,3 +250,27 @@ async def test_an_idle_session_is_released_and_the_next_prompt_lands_on_the_repl
 
 async def _no_lease(group: ReplicaGroup, session_id: str) -> bool:
     return await group.holder_of(session_id) is None
+
+
+async def test_an_approval_waiting_on_the_holder_is_decided_through_the_other_replica(
+    pg_schemas: ThrowawaySchemas, tmp_path: Path
+) -> None:
+    """A's tool call waits for approval; B's clients see `approval/pending`; B's decision reaches A, the call runs."""
+    async with replica_group(pg_schemas.url, pg_schemas.new(), tmp_path) as group:
+        a, b = await group.start("a"), await group.start("b")
+        session_id = await _create(a)
+        async with stream(b, session_id) as on_b:
+            await _prompt(a, session_id, {"content": [{"type": "text", "text": "WRITE a note"}]})
+            pending = await on_b.until(lambda sse: sse.event == "approval/pending")
+            approval_id = pending[-1].data["approval"]["id"]
+            async with b.client() as http:
+                assert (await http.get("/api/v1/approvals")).json() == {"items": []}  # it waits on A
+                decided = await http.post(f"/api/v1/approvals/{approval_id}", json={"decision": "allow"})
+                assert decided.status_code == 200, decided.text
+                assert decided.json() == {"id": approval_id, "sessionId": session_id, "decision": "allow"}
+                missing = await http.post("/api/v1/approvals/nobody", json={"decision": "allow"})
+                assert missing.status_code == 404
+            settled = await on_b.until(lambda sse: sse.event == "approval/settled")
+            assert settled[-1].data["outcome"] == "allowed-once"
+            await on_b.until(turn_end(1))
+        assert (tmp_path / "note.txt").read_text(encoding="utf-8") == "hi"
