@@ -103,7 +103,7 @@ def serve(
     \b
     Example:
       dsh --home ./demo-home serve --open --script script.json
-      DSH_SERVE_TOKEN=... dsh serve --database-url postgresql://db/dsh --host 0.0.0.0 --allow-remote
+      dsh serve --database-url postgresql://db/dsh --token-file /run/dsh-token
     """
     globals_: Globals = ctx.obj
     if database_url is not None:
