@@ -28,6 +28,12 @@ latest value per session and key is sent, which is safe because clients apply a 
 only when its `seq` is higher than the one they hold. The window runs on an injectable
 `dsh.timer.Timer`, so tests move it with `dsh.testing.ManualTimer`.
 
+With a PostgreSQL store (`dsh serve` replicas, docs/server.md#replicas) `use_replicas(relay)` switches
+the hub to replica mode: `session/event` frames come from `dsh.server.feed.StoreFeed` (committed rows,
+ids are store positions), the hub's own frames carry no id and are not buffered, and each frame it
+builds is also handed to `relay` for the other replicas. A new frame kind added through `publish`
+works in both modes unchanged.
+
 Everything runs on the runtime's event loop; the hub is not thread-safe.
 """
 
