@@ -27,6 +27,7 @@ BENCHMARKS = [
     "compaction",
     "catalog_load",
     "server_load",
+    "replica_load",
     "startup",
     "backends",
 ]

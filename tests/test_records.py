@@ -53,12 +53,13 @@ from dsh.json import FrozenDict
 from dsh.persistence import DamagedSession, EventSlice, PersistenceObservation, SessionListing, StoredSessionInfo
 from dsh.persistence.base import Fence, HeaderRow, Revision, StoredLog, TornMarker
 from dsh.persistence.memory import StoredSession
-from dsh.persistence.postgres import LeaseRow
+from dsh.persistence.postgres import LeaseRow, RequestRow
 from dsh.projection import ClientView, ProjectionSnapshot, ProjectionUnit, Restored
 from dsh.projection.cache import ProjectionCacheConfig
 from dsh.projection.cache_storage import CacheIdentity, CacheRecord
 from dsh.query import HistoryPage, QueryConfig, SessionFilter, SessionLineage, SessionObservation, SessionRecord
 from dsh.query.history import PageBounds
+from dsh.server.replicas import ReplicaSettings
 from dsh.server.security import ServeToken
 from dsh.server.stream import Frame
 from dsh.session import HeaderInit, SessionEvent, SessionHeader, SessionId, SurfaceReplace
@@ -236,6 +237,8 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
     SessionRecord: (RECORD, {"persisted": True}),
     PageBounds: (PageBounds(0, 1), {"end": 2}),
     ServeToken: (ServeToken("token", Path("/h/serve-token"), True), {"fresh": False}),
+    ReplicaSettings: (ReplicaSettings(), {"idle_release_s": 0.0}),
+    RequestRow: (RequestRow(1, "s1", "prompt", {"content": []}, "a@h:1", "pending", None, None), {"state": "done"}),
     Frame: (Frame(1, "session/event", {"sessionId": "s1"}), {"id": 2}),
     SurfaceReplace: (SurfaceReplace(0, 2), {"end": 3}),
     LogProblem: (LogProblem(3, "seq", "seq 4 where 3 was expected", 4), {"index": 4}),

@@ -161,11 +161,17 @@ class ServerConfig(_Section):
         host: The address to listen on (`DSH_SERVER__HOST`); a non-loopback one needs `--allow-remote`.
         port: The port (`DSH_SERVER__PORT`; 0 picks a free one).
         max_body_bytes: The largest request body accepted (`DSH_SERVE_MAX_BODY_BYTES`, 1 MiB).
+        token_file: Read the API token from this file instead of the home's `serve-token`
+            (`DSH_SERVE_TOKEN_FILE`): replicas share one token (docs/server.md#replicas).
+        idle_release_s: With a PostgreSQL store, a session idle this long is closed and its lease
+            released so another replica may take it (`DSH_SERVE_IDLE_RELEASE_S`, 300 s; 0 never).
     """
 
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     max_body_bytes: int = Field(default=1 << 20, ge=1, le=_MAX_INT32)
+    token_file: str | None = None
+    idle_release_s: float = Field(default=300.0, ge=0, le=86_400)
 
 
 class ModelConfig(_Section):
@@ -521,6 +527,8 @@ _FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "DSH_MODEL_MAX_TOKENS": ("model", "max_tokens"),
     "DEEPSEEK_API_KEY": ("model", "deepseek_api_key"),
     "DSH_SERVE_MAX_BODY_BYTES": ("server", "max_body_bytes"),
+    "DSH_SERVE_TOKEN_FILE": ("server", "token_file"),
+    "DSH_SERVE_IDLE_RELEASE_S": ("server", "idle_release_s"),
     "DSH_PG_SCHEMA": ("postgres", "schema_name"),
     "DSH_PG_LEASE_TTL_S": ("postgres", "lease_ttl_s"),
     "DSH_PG_LEASE_RENEW_S": ("postgres", "lease_renew_s"),

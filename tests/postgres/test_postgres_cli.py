@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from dsh.cli.main import app
 from dsh.config import Config
 from dsh.doctor import run_doctor
+from dsh.persistence.postgres import SCHEMA_VERSION
 from dsh.runtime import Runtime
 from dsh.session.header import HeaderInit
 from dsh.subagent.descriptor import snapshot_descriptor
@@ -87,7 +88,7 @@ def test_sessions_agents_and_doctor_read_postgres_without_writing(filled: tuple[
     checks = {check["name"]: check for check in report["checks"]}
     assert report["sessions"] == 2
     assert checks["postgres"]["status"] == "ok"
-    assert f'schema "{schema}" version 1' in checks["postgres"]["detail"]
+    assert f'schema "{schema}" version {SCHEMA_VERSION}' in checks["postgres"]["detail"]
     assert checks["leases"]["detail"] == "0 held, 0 expired"
     assert asyncio.run(_snapshot(url, schema)) == before
     assert not (tmp_path / "absent").exists()

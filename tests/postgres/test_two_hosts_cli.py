@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh.persistence.postgres import SCHEMA_VERSION
 from dsh.testing.postgres import ThrowawaySchemas
 from tests.postgres.helpers import lease_row, until
 from tests.postgres.hosts import (
@@ -107,7 +108,7 @@ def test_sessions_agents_and_doctor_read_the_two_host_database_without_writing(
     checks = {check["name"]: check for check in report["checks"]}
     assert checks["store"]["status"] == "ok"
     assert checks["postgres"]["status"] == "ok"
-    assert f'schema "{schema}" version 1' in checks["postgres"]["detail"]
+    assert f'schema "{schema}" version {SCHEMA_VERSION}' in checks["postgres"]["detail"]
     assert checks["leases"]["status"] == "ok"
     assert checks["leases"]["detail"].startswith("7 held, 0 expired: pb by ")
     assert holder_b in checks["leases"]["detail"]

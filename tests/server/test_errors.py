@@ -87,6 +87,11 @@ async def test_every_wire_code_answers_the_status_of_the_table(served: Api, monk
     def no_model() -> Any:
         raise ModelError("no key", code="MODEL_NOT_CONFIGURED")
 
+    async def store_down(session_id: str) -> bool:
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(rt.persistence.backend, "exists", store_down)
+    expect(await http.get("/api/v1/ready"), "not-ready")
     monkeypatch.setattr(rt, "model_client", no_model)
     expect(await http.post("/api/v1/sessions", json={"prompt": "hi"}), "model-unavailable")
     assert seen == set(STATUS) - {"cancelled"}

@@ -68,7 +68,7 @@ def test_schemathesis_finds_no_undocumented_status_no_500_and_no_schema_violatio
         auth = {"Authorization": f"Bearer {live.token}"}
         operations = [result.ok() for result in schema.get_all_operations()]
         operations = [operation for operation in operations if operation.path != "/api/v1/stream"]
-        assert len(operations) == 14
+        assert len(operations) == 16
         for operation in operations:
             names = {parameter.name for parameter in operation.path_parameters}
             seeded = {name: value for name, value in known.items() if name in names}
@@ -100,7 +100,7 @@ def _sweep(strategy: st.SearchStrategy[Any], label: str, base_url: str, answered
         for auth in ({}, {"Authorization": f"Bearer {WRONG_TOKEN}"}):
             response = case.call(base_url=base_url, headers=auth, timeout=30)
             assert response.request.headers.get("Authorization") == auth.get("Authorization"), label
-            if label == "GET /api/v1/health":
+            if label in ("GET /api/v1/health", "GET /api/v1/ready"):
                 assert response.status_code == 200, response.text
             else:
                 assert response.status_code == 401, f"{label}: {response.status_code} {response.text}"
@@ -113,13 +113,13 @@ def _sweep(strategy: st.SearchStrategy[Any], label: str, base_url: str, answered
 
 
 @pytest.mark.slow
-def test_schemathesis_requests_without_the_token_are_401_on_every_route_but_health(tmp_path: Path) -> None:
-    """Generated requests to every `/api/v1` operation, the stream included, with no token or a wrong one: 401."""
+def test_schemathesis_requests_without_the_token_are_401_on_every_route_but_health_and_ready(tmp_path: Path) -> None:
+    """Generated requests to every `/api/v1` operation but health and ready, with no token or a wrong one: 401."""
     answered: collections.Counter[str] = collections.Counter()
     with ThreadedServer(tmp_path / "home", _seed) as live:
         raw = httpx.get(f"{live.base_url}/openapi.json", timeout=30).json()
         operations = [result.ok() for result in schemathesis.openapi.from_dict(raw).get_all_operations()]
-        assert len(operations) == 15
+        assert len(operations) == 17
         for operation in operations:
             _sweep(operation.as_strategy(GenerationMode.POSITIVE), operation.label, live.base_url, answered)()
     assert set(answered) == {operation.label for operation in operations}

@@ -54,7 +54,7 @@ async def test_every_error_response_is_documented_with_the_error_body(served: Ap
                     assert response["content"] == {
                         "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
                     }
-            assert (operation.get("security") is None) == (operation["operationId"] == "health")
+            assert (operation.get("security") is None) == (operation["operationId"] in ("health", "ready"))
 
 
 async def test_swagger_ui_and_redoc_are_off(served: Api) -> None:
@@ -71,15 +71,15 @@ async def _call(client: httpx.AsyncClient, method: str, path: str) -> httpx.Resp
 
 
 @pytest.mark.parametrize("token", ["", "wrong-token"])
-async def test_every_route_but_health_needs_the_token(served: Api, token: str) -> None:
-    """Without a (right) token every `/api/v1` operation but health is 401 with `WWW-Authenticate: Bearer`."""
+async def test_every_route_but_health_and_ready_needs_the_token(served: Api, token: str) -> None:
+    """Without a (right) token every `/api/v1` operation but health and ready is 401 with `WWW-Authenticate: Bearer`."""
     document = (await served.http.get("/openapi.json")).json()
     operations = [row for row in _operations(document) if row["path"].startswith("/api/v1")]
-    assert len(operations) == 15
+    assert len(operations) == 17
     async with served.server.client(token=token) as client:
         for row in operations:
             response = await _call(client, row["method"], row["path"])
-            if row["operationId"] == "health":
+            if row["operationId"] in ("health", "ready"):
                 assert response.status_code == 200
                 assert response.json()["ok"] is True
                 continue

@@ -306,10 +306,14 @@ class Agent:
         content: Sequence[Mapping[str, Any]] | str,
         source: Source | None = None,
         delivery: Delivery = "next-turn",
+        *,
+        message_id: str | None = None,
     ) -> str:
         """Queue a message; returns its id at acceptance, before its turn starts.
 
         A parked inbox (after a cancelled turn) wakes: the parked items run first, in FIFO order.
+        `message_id` keeps an id given earlier (a request another replica accepted and then lost,
+        docs/server.md#replicas); by default a new one is made.
 
         Raises:
             AgentError: `AGENT_CLOSING` when the agent is closing.
@@ -320,7 +324,10 @@ class Agent:
             raise ValueError(f"unsupported delivery {delivery!r}; only 'next-turn' is supported")
         blocks = [text(content)] if isinstance(content, str) else [dict(block) for block in content]
         item = InboxItem(
-            self._ids.message(), tuple(blocks), source_json(source if source is not None else UserSource()), delivery
+            message_id if message_id is not None else self._ids.message(),
+            tuple(blocks),
+            source_json(source if source is not None else UserSource()),
+            delivery,
         )
         self._inbox.append(item)
         self._parked = False

@@ -72,15 +72,44 @@ def serve(
     allow: AllowOption = None,
     deny: DenyOption = None,
     allow_all: AllowAllOption = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            metavar="URL",
+            help="The store (as the global option); postgresql://... lets several replicas serve it together.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            help="Read the API token from this file (mode 0600), e.g. one every replica shares; "
+            "DSH_SERVE_TOKEN gives it directly.",
+        ),
+    ] = None,
+    idle_release: Annotated[
+        float | None,
+        typer.Option(
+            "--idle-release",
+            min=0,
+            metavar="SECONDS",
+            help="PostgreSQL: release a session idle this long so any replica may take it (default 300; 0 never).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the HTTP API and the web UI for this home until Ctrl-C.
 
     \b
     Example:
       dsh --home ./demo-home serve --open --script script.json
+      dsh serve --database-url postgresql://db/dsh --token-file /run/dsh-token
     """
     globals_: Globals = ctx.obj
+    if database_url is not None:
+        globals_.database_url = database_url
     try:
+        from dsh.server.security import shared_token
         from dsh.server.serve import serve as run_server
 
         model = None
@@ -93,6 +122,16 @@ def serve(
             logging.getLogger("dsh.server").setLevel(logging.INFO)
         root = Path(os.path.realpath(workspace if workspace is not None else os.getcwd()))
         config = globals_.config(workspace=root)
+        if idle_release is not None:
+            config = config.model_copy(
+                update={"server": config.server.model_copy(update={"idle_release_s": idle_release})}
+            )
+        token = None
+        file = token_file if token_file is not None else config.server.token_file
+        if file is not None:
+            token = shared_token(file=Path(file))
+        elif os.environ.get("DSH_SERVE_TOKEN"):
+            token = shared_token(value=os.environ["DSH_SERVE_TOKEN"])
         code = asyncio.run(
             run_server(
                 config,
@@ -106,6 +145,7 @@ def serve(
                 announce=typer.echo,
                 warn=lambda line: typer.echo(line, err=True),
                 open_browser=open_in_browser if open_ else None,
+                token=token,
             )
         )
     except Exception as error:

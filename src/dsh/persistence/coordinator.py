@@ -386,6 +386,15 @@ class PersistenceCoordinator:
         for failure in errors:
             _log.error('%s: session "%s" retirement failed: %s', self._backend.name, writer.session_id, failure)
 
+    async def settle_init(self, session_id: str) -> None:
+        """Wait until the started init of the id's live writer finished (never raises).
+
+        A new session's init takes its writer lock or lease (PostgreSQL); `dsh serve` replicas wait
+        for it before answering a creation, so the other replicas find the session's holder.
+        """
+        for writer in [w for s, w in self._state.live.items() if s.id == session_id]:
+            await writer.settle_init()
+
     async def drain(self, session_id: str) -> None:
         """Wait until every event handed over for the id is durable or has failed.
 

@@ -34,6 +34,7 @@ from dsh import __version__
 from dsh.runtime import Runtime
 from dsh.server.errors import WireError
 from dsh.server.middleware import ApiMiddleware
+from dsh.server.replicas import ReplicaSet
 from dsh.server.routes import approvals, sessions, stream, subagents, ui
 from dsh.server.routes.deps import JsonBody, ResumeLocks
 from dsh.server.security import HostCheck
@@ -44,7 +45,7 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "close_streams", "create_app"]
 DEFAULT_MAX_BODY_BYTES: Final = 1 << 20
 """The request body limit (1 MiB) unless `config.server.max_body_bytes` (`DSH_SERVE_MAX_BODY_BYTES`) says otherwise."""
 
-_PUBLIC_OPERATIONS: Final = frozenset({"health"})
+_PUBLIC_OPERATIONS: Final = frozenset({"health", "ready"})
 _MAX_LOC_CHARS: Final = 64
 
 
@@ -56,6 +57,8 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     hub: PushHub | None = None,
     ping_interval_s: float = 15.0,
+    replicas: ReplicaSet | None = None,
+    resume_locks: ResumeLocks | None = None,
 ) -> FastAPI:
     """The application over an open `runtime`.
 
@@ -66,6 +69,10 @@ def create_app(
         max_body_bytes: The largest request body (413 above it).
         hub: The push stream's hub; None builds one on `runtime` and starts it.
         ping_interval_s: How long a quiet stream waits before it writes a `: ping` comment.
+        replicas: The replica set when several replicas share a PostgreSQL store (docs/server.md#replicas),
+            started on `hub`; the push stream and the prompt, interrupt and approval routes then
+            reach the other replicas through it.
+        resume_locks: The resume locks (shared with `replicas`); None makes new ones.
     """
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be at least 1")
@@ -89,7 +96,8 @@ def create_app(
     app.state.runtime = runtime
     app.state.hub = hub
     app.state.ping_interval_s = ping_interval_s
-    app.state.resume_locks = ResumeLocks()
+    app.state.resume_locks = resume_locks if resume_locks is not None else ResumeLocks()
+    app.state.replicas = replicas
     app.router.routes.extend(_api_routes())
     app.add_exception_handler(WireError, _wire_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]

@@ -46,6 +46,7 @@ STATUS: Final[Mapping[str, int]] = {
     "compaction-failed": 502,
     "model-unavailable": 503,
     "subagent-delivery-unavailable": 503,
+    "not-ready": 503,
 }
 """THE table: every wire code and its HTTP status. Nothing else decides a status."""
 

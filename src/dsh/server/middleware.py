@@ -58,7 +58,7 @@ CLIENT_GONE_STATUS: Final = 499
 
 _REQUEST_ID: Final = re.compile(r"[\x21-\x7e]{1,128}")
 _API_PREFIX: Final = "/api/v1"
-_PUBLIC_PATHS: Final = frozenset({"/api/v1/health"})
+_PUBLIC_PATHS: Final = frozenset({"/api/v1/health", "/api/v1/ready"})
 
 _access_log = logging.getLogger("dsh.server.access")
 _log = logging.getLogger("dsh.server")

@@ -121,6 +121,14 @@ class Health(TypedDict):
     version: str
 
 
+class Ready(TypedDict):
+    """`GET /api/v1/ready`: every check is `ok` (else 503 `not-ready` with the same `checks`)."""
+
+    ok: Literal[True]
+    version: str
+    checks: dict[str, str]
+
+
 class TokenSummary(TypedDict):
     """A session's token total (docs/agent.md#tokens-and-cost); `cost` and `currency` only for priced models."""
 

@@ -37,6 +37,7 @@ __all__ = [
     "check_bind",
     "is_loopback",
     "load_token",
+    "shared_token",
 ]
 
 TOKEN_FILE: Final = "serve-token"  # noqa: S105 - a file name, not a secret
@@ -102,6 +103,26 @@ def _read(path: Path) -> str:
     if len(token) < 32 or not all(ch.isalnum() or ch in "-_" for ch in token):
         raise ConfigError(f"the token file {path} does not hold a usable token; start with --rotate-token")
     return token
+
+
+def shared_token(*, file: Path | None = None, value: str | None = None) -> ServeToken:
+    """The token several replicas share: read from `file` (checked like the home's token file), or `value`.
+
+    `value` comes from the `DSH_SERVE_TOKEN` environment variable; the token is never printed.
+
+    Raises:
+        ConfigError: The file is unsafe or unusable, or the value is not a usable token (at least
+            32 letters, digits, `-` or `_`).
+    """
+    if file is not None:
+        return ServeToken(_read(file), file, fresh=False)
+    token = (value or "").strip()
+    if len(token) < 32 or not all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in token):
+        raise ConfigError(
+            "DSH_SERVE_TOKEN does not hold a usable token: at least 32 letters, digits, - or _ "
+            '(python -c "import secrets; print(secrets.token_urlsafe(32))" makes one)'
+        )
+    return ServeToken(token, Path("$DSH_SERVE_TOKEN"), fresh=False)
 
 
 def _kind(mode: int) -> str:

@@ -26,9 +26,13 @@ from dsh.agent.approval import Permissions
 from dsh.agent.model import ModelClient
 from dsh.config import Config
 from dsh.errors import ConfigError
+from dsh.persistence.postgres import PostgresBackend
 from dsh.runtime import Runtime
 from dsh.server.app import close_streams, create_app
-from dsh.server.security import check_bind, load_token
+from dsh.server.replicas import ReplicaSet, ReplicaSettings
+from dsh.server.routes.deps import ResumeLocks
+from dsh.server.security import TOKEN_FILE, ServeToken, check_bind, load_token
+from dsh.server.stream import PushHub
 
 __all__ = ["GRACEFUL_SHUTDOWN_S", "ApiServer", "bind_socket", "serve", "uvicorn_config"]
 
@@ -167,6 +171,8 @@ async def serve(
     open_browser: Callable[[str], None] | None = None,
     workspace: str | os.PathLike[str] | None = None,
     permissions: Permissions | None = None,
+    token: ServeToken | None = None,
+    replica_settings: ReplicaSettings | None = None,
 ) -> int:
     """Serve until SIGINT or SIGTERM; returns the exit code (130 after SIGINT, else 0).
 
@@ -183,6 +189,9 @@ async def serve(
             (`dsh serve --open`); it must not block.
         workspace: Give the agents the workspace tools confined to this folder.
         permissions: The agents' permissions (default: from the configuration).
+        token: A token shared by replicas (`shared_token`); None uses the home's token file.
+        replica_settings: Timings of the replica set, which runs when the store is PostgreSQL
+            (docs/server.md#replicas); None takes `config.server.idle_release_s` and the defaults.
 
     Raises:
         ConfigError: A refused bind, an unsafe token file, or an unusable body limit.
@@ -190,12 +199,29 @@ async def serve(
     if check_bind(host, allow_remote=allow_remote):
         warn(f"warning: listening on {host}, reachable from other machines; put TLS in front of it (a reverse proxy)")
     limit = config.server.max_body_bytes
-    token = load_token(config.home, rotate=rotate_token)
+    if token is None:
+        token = load_token(config.home, rotate=rotate_token)
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]
     try:
         async with Runtime.open(config, model=model, workspace=workspace, permissions=permissions) as rt:
-            app = create_app(rt, token=token.value, bound_host=host, max_body_bytes=limit)
+            hub, locks = PushHub(rt), ResumeLocks()
+            replicas = None
+            backend = rt.persistence.backend
+            if isinstance(backend, PostgresBackend) and not backend.read_only:
+                settings = replica_settings or ReplicaSettings(idle_release_s=config.server.idle_release_s)
+                replicas = ReplicaSet(rt, hub, backend, locks, settings)
+                await replicas.start()
+            hub.start()
+            app = create_app(
+                rt,
+                token=token.value,
+                bound_host=host,
+                max_body_bytes=limit,
+                hub=hub,
+                replicas=replicas,
+                resume_locks=locks,
+            )
             server = ApiServer(uvicorn_config(app), before_shutdown=lambda: close_streams(app), handle_signals=True)
             serving = asyncio.ensure_future(server.serve(sockets=[sock]))
             ready = asyncio.ensure_future(server.ready.wait())
@@ -206,6 +232,9 @@ async def serve(
                     if token.fresh:
                         announce(f"{url}#token={token.value}")
                         announce(f"(the token is shown once; it is kept in {token.path})")
+                    elif replicas is not None or token.path.name != TOKEN_FILE:
+                        announce(url)
+                        announce(f"the token is the shared one ({token.path})")
                     else:
                         announce(url)
                         announce(f"the token is in {token.path} (--rotate-token replaces it)")
@@ -215,6 +244,8 @@ async def serve(
             finally:
                 ready.cancel()
                 await close_streams(app)
+                if replicas is not None:
+                    await replicas.aclose()
     finally:
         sock.close()
     return 130 if signal.SIGINT in server.signals else 0

@@ -28,6 +28,12 @@ latest value per session and key is sent, which is safe because clients apply a 
 only when its `seq` is higher than the one they hold. The window runs on an injectable
 `dsh.timer.Timer`, so tests move it with `dsh.testing.ManualTimer`.
 
+With a PostgreSQL store (`dsh serve` replicas, docs/server.md#replicas) `use_replicas(relay)` switches
+the hub to replica mode: `session/event` frames come from `dsh.server.feed.StoreFeed` (committed rows,
+ids are store positions), the hub's own frames carry no id and are not buffered, and each frame it
+builds is also handed to `relay` for the other replicas. A new frame kind added through `publish`
+works in both modes unchanged.
+
 Everything runs on the runtime's event loop; the hub is not thread-safe.
 """
 
@@ -83,9 +89,14 @@ _SUBAGENT_FIELDS: Final = ("parentSessionId", "childSessionId", "runId", "provid
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """One push frame: `id` rises per server process, `event` names the frame, `data` is its JSON object."""
+    """One push frame: `id` rises per server process, `event` names the frame, `data` is its JSON object.
 
-    id: int
+    With a replica set (docs/server.md#replicas) the hub's own frames have no id (None: no `id:`
+    line) and `session/event` frames carry the stream's store position as a string
+    (`dsh.server.feed`); a frame without an `event` is then a bare `id:` line, a position marker.
+    """
+
+    id: int | str | None
     event: str
     data: dict[str, Any]
     _wire: bytes = field(init=False, repr=False, compare=False)
@@ -95,11 +106,13 @@ class Frame:
         # Encoded once, when the frame is built: every subscriber then writes the same bytes, and a
         # payload that is not JSON fails inside the (contained) notification, never in a stream.
         body = orjson.dumps(self.data)
-        object.__setattr__(self, "_wire", b"id: %d\nevent: %s\ndata: %s\n\n" % (self.id, self.event.encode(), body))
+        head = b"" if self.id is None else b"id: %s\n" % str(self.id).encode()
+        wire = head + b"\n" if not self.event else head + b"event: %s\ndata: %s\n\n" % (self.event.encode(), body)
+        object.__setattr__(self, "_wire", wire)
         object.__setattr__(self, "_subjects", _subjects_of(self.event, self.data))
 
     def encode(self) -> bytes:
-        """The Server-Sent Events form: `id: <n>`, `event: <name>`, `data: <json>` and a blank line."""
+        """The Server-Sent Events form: `id: <n>` (if any), `event: <name>`, `data: <json>` and a blank line."""
         return self._wire
 
     def subjects(self) -> tuple[str, ...]:
@@ -245,6 +258,10 @@ class PushHub:
         self._unsubscribe: list[Callable[[], None]] = []
         self._started = False
         self._closed = False
+        # Replica mode (docs/server.md#replicas): `session/event` frames come from the store feed,
+        # the hub's own frames are unnumbered and each is also handed to the relay.
+        self._relay: Callable[[str, dict[str, Any]], None] | None = None
+        self._numbered = True
 
     # ---------------------------------------------------------------- state
 
@@ -266,7 +283,20 @@ class PushHub:
         """The ring buffer, oldest first."""
         return tuple(self._buffer)
 
+    @property
+    def replicated(self) -> bool:
+        """True once `use_replicas` ran."""
+        return self._relay is not None
+
     # ---------------------------------------------------------------- lifecycle
+
+    def use_replicas(self, relay: Callable[[str, dict[str, Any]], None]) -> None:
+        """Switch to replica mode (call before `start`): `session/event` frames are left to the store
+        feed (`dsh.server.feed.StoreFeed`), the hub's frames carry no id and are not kept for
+        replays, and every frame built here is also passed to `relay(event, data)` for the other
+        replicas (`publish(..., relayed=True)` builds one that came from them)."""
+        self._relay = relay
+        self._numbered = False
 
     def start(self) -> None:
         """Subscribe to the runtime's notifications (call once the runtime is open); idempotent."""
@@ -309,29 +339,36 @@ class PushHub:
         closed returns a stream that has already ended.
         """
         subscription = Subscription(self, session_ids, self._queue_size)
-        if self._closed:
-            subscription.finish()
+        if not self.register(subscription):
             return subscription
-        self._subscribers[subscription] = None
-        if session_ids is None:
-            self._broadcast[subscription] = None
-        else:
-            for session_id in session_ids:
-                self._followers.setdefault(session_id, {})[subscription] = None
         if last_event_id is not None:
             if self._can_replay(last_event_id):
                 for frame in self._buffer:
-                    if frame.id > last_event_id and subscription.wants(frame):
+                    if isinstance(frame.id, int) and frame.id > last_event_id and subscription.wants(frame):
                         subscription.offer(frame)
             else:
                 subscription.offer(self.reset_frame(RESET_LAST_EVENT_ID))
         return subscription
 
+    def register(self, subscription: Subscription) -> bool:
+        """Let `subscription` receive the frames its filter takes from now on; False (and the
+        subscription finished) when the hub is closed."""
+        if self._closed:
+            subscription.finish()
+            return False
+        self._subscribers[subscription] = None
+        if subscription.session_ids is None:
+            self._broadcast[subscription] = None
+        else:
+            for session_id in subscription.session_ids:
+                self._followers.setdefault(session_id, {})[subscription] = None
+        return True
+
     def _can_replay(self, last_event_id: int) -> bool:
         # Servable when every id after `last_event_id` is still buffered: the oldest buffered id is
         # at most one past it (or nothing was built since), and it is not from the future.
         oldest = self._buffer[0].id if self._buffer else self._last_id + 1
-        return oldest <= last_event_id + 1 <= self._last_id + 1
+        return isinstance(oldest, int) and oldest <= last_event_id + 1 <= self._last_id + 1
 
     def discard(self, subscription: Subscription) -> None:
         """Forget an ended subscription (called by the subscription itself)."""
@@ -351,14 +388,17 @@ class PushHub:
 
     # ---------------------------------------------------------------- publishing
 
-    def _next_id(self) -> int:
+    def _next_id(self) -> int | None:
+        if not self._numbered:
+            return None
         self._last_id = next(self._ids)
         return self._last_id
 
-    def publish(self, event: str, data: dict[str, Any]) -> Frame | None:
+    def publish(self, event: str, data: dict[str, Any], *, relayed: bool = False) -> Frame | None:
         """Build a frame, buffer it and offer it to every subscriber whose filter takes it.
 
-        Never raises: a payload that cannot be encoded is logged and dropped (None).
+        `relayed` marks a frame another replica built (it is not relayed again). Never raises: a
+        payload that cannot be encoded is logged and dropped (None).
         """
         if self._closed:
             return None
@@ -367,7 +407,19 @@ class PushHub:
         except Exception:
             _log.exception("push stream: a %s frame could not be encoded and was dropped", event)
             return None
-        self._buffer.append(frame)
+        if self._numbered:
+            self._buffer.append(frame)
+        if self._relay is not None and not relayed:
+            try:
+                self._relay(event, data)
+            except Exception:
+                _log.exception("push stream: a %s frame was not relayed to the other replicas", event)
+        self.offer(frame)
+        return frame
+
+    def offer(self, frame: Frame) -> None:
+        """Offer a built frame to every subscriber whose filter takes it (nothing is buffered)."""
+        event = frame.event
         targets: dict[Subscription, None] = dict(self._broadcast) if event in BROADCAST_EVENTS else {}
         for subject in frame.subjects():
             followers = self._followers.get(subject)
@@ -375,11 +427,12 @@ class PushHub:
                 targets.update(followers)
         for subscription in targets:  # a copy: an overflowing subscription leaves the indexes
             subscription.offer(frame)
-        return frame
 
     # ---------------------------------------------------------------- notification sources
 
     def _on_event(self, session: Session, event: SessionEvent) -> None:
+        if self._relay is not None:
+            return  # replica mode: the store feed builds `session/event` frames from committed rows
         try:
             if is_summarised(event):
                 self.publish("session/event", event_summary(session.id, event))

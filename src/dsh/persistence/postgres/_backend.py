@@ -43,12 +43,22 @@ from dsh.persistence.errors import (
     SessionPersistenceError,
     StoreMisconfiguredError,
 )
-from dsh.persistence.postgres._driver import SCHEMES, Driver, check_schema_name, first_line, load_driver, mask_url
+from dsh.persistence.postgres._driver import (
+    SCHEMES,
+    Driver,
+    check_schema_name,
+    first_line,
+    load_driver,
+    mask_url,
+    quoted,
+)
+from dsh.persistence.postgres._holder import gone_pid
 from dsh.persistence.postgres._leases import Heartbeat, LeaseRow, Leases, new_holder
+from dsh.persistence.postgres._notify import MAX_PAYLOAD_BYTES, Listener, RequestRow, Requests, channel_name
 from dsh.persistence.postgres._reads import Reads, bindable, row_revision, stored_log
 from dsh.persistence.postgres._schema import StoreInfo, migrate_store, read_store
 from dsh.persistence.postgres._writes import Batch, Writes, check_contiguous
-from dsh.persistence.sqlite._schema import event_row
+from dsh.persistence.sqlite._schema import decode_event_rows, event_row
 from dsh.session.events import SessionEvent
 
 if TYPE_CHECKING:
@@ -65,6 +75,13 @@ RETRIES: Final = 5
 """Extra attempts of an operation whose connection broke (each on another connection)."""
 
 _BACKOFF_S: Final = 0.05
+
+_NEXT_SEQ: Final = "SELECT next_seq FROM {s}.sessions WHERE id = %s"
+_HOLDER: Final = "SELECT holder FROM {s}.session_leases WHERE session_id = %s AND expires_at > now()"
+_EVENTS_AFTER: Final = (
+    "SELECT seq, type, time, data, ignorable, source_event_seqs, surface_op FROM {s}.events "
+    "WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
 
 
 class PostgresBackend:
@@ -133,7 +150,10 @@ class PostgresBackend:
         self._connect_timeout_s = float(connect_timeout_s)
         self._leases = Leases(self.schema, self.holder, self.lease_ttl_s)
         self._reads = Reads(self.schema)
-        self._writes = Writes(self.schema, self._leases)
+        self.channel = channel_name(self.schema)
+        """The notification channel of this store (docs/server.md#replicas)."""
+        self._writes = Writes(self.schema, self._leases, None if read_only else self.channel)
+        self._requests = Requests(self.schema, self.channel, self.holder)
         self._heartbeat = None if lease_renew_s is None else Heartbeat(float(lease_renew_s), self.renew_leases)
         self._state: Literal["new", "open", "closed"] = "new"
         self._store: StoreInfo | None = None
@@ -499,6 +519,151 @@ class PostgresBackend:
     def locate(self, header: Mapping[str, Any]) -> str | None:
         """None: sessions are rows, not artifacts with paths."""
         return None
+
+    # ---------------------------------------------------------------- replicas (docs/server.md#replicas)
+
+    async def listen(self, on_message: Callable[[str], None], on_gap: Callable[[], None]) -> Listener:
+        """Start listening on the store's channel on a connection of its own (reopened when it breaks).
+
+        Raises:
+            PersistenceIOError: The first connection could not be opened.
+        """
+        self._open_pool()
+        psycopg = self._driver.psycopg
+
+        async def connect() -> AsyncConnection[Any]:
+            kwargs = self._connect_kwargs()
+            kwargs["application_name"] = f"dsh listen {self.holder}"[:63]
+            conn: AsyncConnection[Any] = await psycopg.AsyncConnection.connect(self._url, **kwargs)
+            try:
+                await conn.execute("SELECT set_config('statement_timeout', '0', false)")
+            except BaseException:
+                await conn.close()
+                raise
+            return conn
+
+        listener = Listener(self._driver, connect, self.channel, on_message, on_gap)
+        try:
+            await listener.start()
+        except Exception as error:
+            if self._driver.is_driver_error(error):
+                raise self._io_error("listen for notifications", error, None) from error
+            raise
+        return listener
+
+    async def notify(self, payload: str) -> bool:
+        """Send one notice on the store's channel; False (nothing sent) when it is over the size limit."""
+        if len(payload.encode()) > MAX_PAYLOAD_BYTES:
+            return False
+        channel = self.channel
+
+        async def work(conn: AsyncConnection[Any]) -> None:
+            await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+        await self.run(work, "send a notification")
+        return True
+
+    async def events_after(self, session_id: str, after_seq: int, limit: int = 1000) -> tuple[int, list[SessionEvent]]:
+        """`(last stored seq, events with seq > after_seq)`, at most `limit` of them, from one snapshot.
+
+        The replicas' feed reads only what it has not seen; -1 is the last seq of a session with no
+        events (or none stored).
+
+        Raises:
+            SessionCorruptionError: A row does not decode.
+        """
+        head = _NEXT_SEQ.replace("{s}", quoted(self.schema))
+        rows_sql = _EVENTS_AFTER.replace("{s}", quoted(self.schema))
+
+        async def work(conn: AsyncConnection[Any]) -> tuple[int, list[SessionEvent]]:
+            if await self._store_info(conn) is None:
+                return -1, []
+            async with conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                found = await (await conn.execute(head, (session_id,))).fetchone()
+                if found is None:
+                    return -1, []
+                rows = await (await conn.execute(rows_sql, (session_id, after_seq, limit))).fetchall()
+            records, _ = decode_event_rows(session_id, rows, first_seq=after_seq + 1 if rows else None)
+            return int(found[0]) - 1, [SessionEvent(record) for record in records]
+
+        if not bindable(session_id):
+            return -1, []
+        return await self.run(work, f'read new events of session "{session_id}"', session_id)
+
+    async def ping(self) -> None:
+        """One round trip to the database on a pooled connection (readiness checks)."""
+
+        async def work(conn: AsyncConnection[Any]) -> None:
+            await conn.execute("SELECT 1")
+
+        await self.run(work, "reach the database")
+
+    async def lease_holder(self, session_id: str) -> str | None:
+        """Who holds the session's lease now (an unexpired row), or None."""
+        statement = _HOLDER.replace("{s}", quoted(self.schema))
+
+        async def work(conn: AsyncConnection[Any]) -> str | None:
+            found = await (await conn.execute(statement, (session_id,))).fetchone()
+            return None if found is None else str(found[0])
+
+        if not bindable(session_id):
+            return None
+        return await self.run(work, "read a lease", session_id)
+
+    def holder_gone(self, holder: str) -> bool:
+        """Whether a lease holder is certainly a dead process of this machine (docs above, dead writers)."""
+        return gone_pid(holder) is not None
+
+    async def submit_request(self, session_id: str | None, kind: str, body: dict[str, Any]) -> int:
+        """Insert a pending request row and wake every replica; returns the row id."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.submit(conn, session_id, kind, body), "submit a request")
+
+    async def get_request(self, request_id: int) -> RequestRow | None:
+        """One request row, or None."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.get(conn, request_id), "read a request")
+
+    async def claim_next_request(self, session_id: str) -> RequestRow | None:
+        """Accept the session's oldest pending request for this instance, or None."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.claim_next(conn, session_id), "claim a request", session_id)
+
+    async def claim_request(self, request_id: int) -> RequestRow | None:
+        """Accept one pending request by id, or None when it is not pending."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.claim(conn, request_id), "claim a request")
+
+    async def orphan_requests(self, session_id: str) -> list[RequestRow]:
+        """The session's accepted, unfinished requests that another instance took."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.orphans(conn, session_id), "read requests", session_id)
+
+    async def adopt_request(self, row: RequestRow) -> bool:
+        """Take over an orphaned accepted request; False when another instance did first."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.adopt(conn, row), "adopt a request")
+
+    async def answer_request(self, request_id: int, answer: dict[str, Any], *, done: bool) -> None:
+        """Store a request's answer (and mark it done) and wake its sender."""
+        requests = self._requests
+        await self.run(lambda conn: requests.answer(conn, request_id, answer, done=done), "answer a request")
+
+    async def finish_request(self, request_id: int) -> None:
+        """Mark an accepted request done."""
+        requests = self._requests
+        await self.run(lambda conn: requests.finish(conn, request_id), "finish a request")
+
+    async def withdraw_request(self, request_id: int) -> bool:
+        """Give up a request nobody accepted; False when it was accepted first."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.withdraw(conn, request_id), "withdraw a request")
+
+    async def stranded_requests(self, min_age_s: float) -> list[tuple[str, str | None, bool]]:
+        """Sessions whose unfinished requests nobody works on: `(session, lease holder, expired)`."""
+        requests = self._requests
+        return await self.run(lambda conn: requests.stranded(conn, min_age_s), "look for stranded requests")
 
     # ---------------------------------------------------------------- diagnostics
 

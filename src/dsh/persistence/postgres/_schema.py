@@ -31,7 +31,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "TABLES", "StoreInfo", "migrate_store
 _LOCK_CLASS: Final = 0x44535059
 """First half of the advisory lock key: the ASCII bytes "DSPY" (the SQLite store's application id)."""
 
-TABLES: Final = frozenset({"store", "sessions", "events", "session_leases", "projection_cache"})
+TABLES: Final = frozenset({"store", "sessions", "events", "session_leases", "projection_cache", "session_requests"})
 """The tables a current store holds."""
 
 MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
@@ -61,6 +61,21 @@ MIGRATIONS: Final[tuple[tuple[int, tuple[str, ...]], ...]] = (
             # a migration that drops and recreates this table.
             "CREATE TABLE {s}.projection_cache (session_id text PRIMARY KEY, created_at bigint NOT NULL, "
             "cwd text, inherited_event_count bigint NOT NULL, rows text NOT NULL, updated_at bigint NOT NULL)",
+        ),
+    ),
+    (
+        2,
+        (
+            # Work sent to a `dsh serve` replica that does not hold the session's lease
+            # (docs/server.md#replicas): a durable row the holder is woken for. The session rows are
+            # unchanged, so every reader of the stored sessions reads them as before.
+            "CREATE TABLE {s}.session_requests (id bigserial PRIMARY KEY, session_id text, "
+            "kind text NOT NULL CHECK (kind IN ('prompt', 'interrupt', 'approval')), body text NOT NULL, "
+            "sender text NOT NULL, "
+            "state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'accepted', 'done')), "
+            "handler text, answer text, created_at timestamptz NOT NULL DEFAULT now(), "
+            "updated_at timestamptz NOT NULL DEFAULT now())",
+            "CREATE INDEX session_requests_open ON {s}.session_requests (session_id, id) WHERE state <> 'done'",
         ),
     ),
 )

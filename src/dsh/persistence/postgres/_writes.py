@@ -31,6 +31,7 @@ from dsh.persistence.base import Fence
 from dsh.persistence.errors import AppendConflictError, SessionAlreadyExistsError
 from dsh.persistence.postgres._driver import quoted
 from dsh.persistence.postgres._leases import Leases
+from dsh.persistence.postgres._notify import commit_payload
 from dsh.persistence.sqlite._schema import header_columns
 
 if TYPE_CHECKING:
@@ -99,9 +100,10 @@ def check_contiguous(session_id: str, rows: Sequence[tuple[Any, ...]]) -> None:
 class Writes:
     """The write statements of one schema, run inside the caller's connection."""
 
-    def __init__(self, schema: str, leases: Leases) -> None:
+    def __init__(self, schema: str, leases: Leases, channel: str | None = None) -> None:
         s = quoted(schema)
         self._leases = leases
+        self._channel = channel
         self._insert_event = INSERT_EVENT.replace("{s}", s)
         self._insert_session = INSERT_SESSION.replace("{s}", s)
         self._lock_session = _LOCK_SESSION.replace("{s}", s)
@@ -167,6 +169,11 @@ class Writes:
                 incarnation, revision = str(current[1]), int(current[2])
             await self.insert_events(conn, rows)
             await self._leases.extend(conn, batch.fence)
+            if rows and self._channel is not None:
+                # Delivered at COMMIT, never for a rolled-back batch: "this session is stored up to
+                # this seq" (docs/server.md#replicas); never an event body.
+                payload = commit_payload(session_id, rows[-1][1])
+                await conn.execute("SELECT pg_notify(%s, %s)", (self._channel, payload))
         return incarnation, revision
 
     async def insert_events(self, conn: AsyncConnection[Any], rows: Sequence[tuple[Any, ...]]) -> None:

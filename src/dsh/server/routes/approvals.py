@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Annotated, Final
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 
 from dsh.agent.errors import ApprovalError
 from dsh.runtime import Runtime
 from dsh.server.errors import WireError
 from dsh.server.models import ApprovalDecided, ApprovalDecisionBody, ApprovalList
+from dsh.server.replicas import ReplicaSet
 from dsh.server.routes.deps import JsonBody, error_responses, runtime
 
 __all__ = ["router"]
@@ -52,16 +53,24 @@ async def list_approvals(rt: Rt) -> JsonBody:
     response_model=ApprovalDecided,
     responses=error_responses(400, 401, 404, 413, 415),
 )
-async def decide_approval(approval_id: ApprovalId, body: ApprovalDecisionBody, rt: Rt) -> JsonBody:
+async def decide_approval(request: Request, approval_id: ApprovalId, body: ApprovalDecisionBody, rt: Rt) -> JsonBody:
     """Decide a pending request: `allow` runs the call, `always` also allows calls like it for the rest of
     the session, `deny` refuses it."""
     broker = rt.services.approvals
+    not_found = WireError(
+        "approval-not-found", f'no approval request "{approval_id}" is pending', {"approvalId": approval_id}
+    )
     try:
         if broker is None:
             raise ApprovalError("no approval request is pending", code="APPROVAL_NOT_FOUND", approval_id=approval_id)
-        request = broker.decide(approval_id, body.decision)
+        decided = broker.decide(approval_id, body.decision)
     except ApprovalError:
-        raise WireError(
-            "approval-not-found", f'no approval request "{approval_id}" is pending', {"approvalId": approval_id}
-        ) from None
-    return JsonBody({"id": request.id, "sessionId": request.session_id, "decision": body.decision})
+        replicas: ReplicaSet | None = request.app.state.replicas
+        if replicas is None:
+            raise not_found from None
+        # It may wait on another replica (docs/server.md#replicas).
+        answer = await replicas.decide(approval_id, body.decision)
+        if answer is None:
+            raise not_found from None
+        return JsonBody(answer)
+    return JsonBody({"id": decided.id, "sessionId": decided.session_id, "decision": body.decision})

@@ -25,6 +25,7 @@ from dsh.agent.errors import ModelError
 from dsh.agent.loop import Agent
 from dsh.agent.messages import UserSource
 from dsh.errors import DshError
+from dsh.persistence.errors import LeaseHeldError
 from dsh.query.errors import SessionQueryError
 from dsh.query.records import SessionRecord
 from dsh.runtime import Runtime
@@ -38,11 +39,13 @@ from dsh.server.models import (
     HistoryPage,
     MessageAccepted,
     PromptBody,
+    Ready,
     SessionCreated,
     SessionList,
     SessionSummary,
     summary_json,
 )
+from dsh.server.replicas import ReplicaSet, readiness
 from dsh.server.routes.deps import (
     NO_BODY,
     BeforeSeq,
@@ -146,9 +149,15 @@ def _not_found(session_id: str) -> WireError:
     return WireError("session-not-found", f'session "{session_id}" not found', {"sessionId": session_id})
 
 
-async def _fenced_header(rt: Runtime, session_id: str, signal: AbortSignal) -> SessionHeader:
+async def _fenced_header(
+    rt: Runtime, session_id: str, signal: AbortSignal, replicas: ReplicaSet | None = None
+) -> SessionHeader | None:
+    """The header of a session the agent-bound routes may address; None when (with `replicas`) the session
+    is not stored yet but another replica holds it (created there a moment ago)."""
     header = await _header(rt, session_id, signal)
     if header is None:
+        if replicas is not None and await replicas.held_elsewhere(session_id):
+            return None
         raise _not_found(session_id)
     if header.origin == "subagent":
         raise WireError("agent-busy", f'session "{session_id}" is owned by subagent routing', {"reason": _FENCE_REASON})
@@ -187,15 +196,30 @@ def agent_failure(session_id: str, error: BaseException, fallback: str) -> WireE
 
 async def _live_agent(request: Request, rt: Runtime, session_id: str, fallback: str) -> Agent:
     """The session's live agent, resuming the stored session as a top-level agent when needed."""
+    agent = await _local_agent(request, rt, session_id, fallback, held_elsewhere_ok=False)
+    assert agent is not None
+    return agent
+
+
+async def _local_agent(
+    request: Request, rt: Runtime, session_id: str, fallback: str, *, held_elsewhere_ok: bool
+) -> Agent | None:
+    """As `_live_agent`; with replicas and `held_elsewhere_ok`, None when another replica holds the session."""
     agent = rt.agents.get(session_id)
     if agent is not None:
         return agent
     locks: ResumeLocks = request.app.state.resume_locks
+    replicas: ReplicaSet | None = request.app.state.replicas
     async with locks.hold(session_id):
         try:
-            return await rt.resume_agent(session_id)
+            agent = rt.agents.get(session_id) or await rt.resume_agent(session_id)
         except Exception as error:
+            if held_elsewhere_ok and replicas is not None and isinstance(error, LeaseHeldError):
+                return None
             raise agent_failure(session_id, error, fallback) from None
+    if replicas is not None:
+        replicas.taken(session_id)  # requests that waited for a holder are done here now
+    return agent
 
 
 # ---------------------------------------------------------------- routes
@@ -205,6 +229,15 @@ async def _live_agent(request: Request, rt: Runtime, session_id: str, fallback: 
 async def health() -> JsonBody:
     """Liveness and version; needs no token."""
     return JsonBody({"ok": True, "version": __version__})
+
+
+@router.get("/ready", operation_id="ready", response_model=Ready, responses=error_responses(400, 503))
+async def ready(request: Request, rt: Rt) -> JsonBody:
+    """Readiness: the store answers (and, with replicas, notices are heard); needs no token."""
+    checks = await readiness(rt, request.app.state.replicas)
+    if not all(value == "ok" for value in checks.values()):
+        raise WireError("not-ready", "the server cannot serve requests now", {"checks": checks})
+    return JsonBody({"ok": True, "version": __version__, "checks": checks})
 
 
 @router.get(
@@ -261,6 +294,10 @@ async def create_session(request: Request, rt: Rt, body: CreateSessionBody | Non
         raise _model_unavailable() from None
     try:
         agent = await rt.create_agent(cwd=os.getcwd())
+        if request.app.state.replicas is not None:
+            # The lease is taken before the answer, so another replica sent this id a moment later
+            # finds its holder (docs/server.md#replicas).
+            await rt.persistence.settle_init(agent.id)
     except Exception as error:
         raise agent_failure("new", error, "session creation failed") from None
     out: dict[str, Any] = {}
@@ -306,12 +343,21 @@ async def prompt_session(
 ) -> JsonBody:
     """Queue a prompt as the session's next turn: a live agent gets it, a stored session is resumed first."""
     time_zone = check_time_zone(body.client_time_zone)
-    await _fenced_header(rt, session_id, signal)
-    agent = await _live_agent(request, rt, session_id, "session prompt failed")
+    replicas: ReplicaSet | None = request.app.state.replicas
+    header = await _fenced_header(rt, session_id, signal, replicas)
+    agent = None
+    if header is not None:
+        agent = await _local_agent(request, rt, session_id, "session prompt failed", held_elsewhere_ok=True)
     if signal.aborted:
         raise cancelled("the prompt")
+    source = UserSource(rpc_id=request_id(request), client_time_zone=time_zone)
+    if agent is None:
+        # Another replica holds the session: it gets the prompt through the store (docs/server.md#replicas).
+        assert replicas is not None
+        message_id = await replicas.prompt(session_id, body.blocks(), source.to_json())
+        return JsonBody({"messageId": message_id}, status_code=202)
     try:
-        message_id = await agent.send(body.blocks(), UserSource(rpc_id=request_id(request), client_time_zone=time_zone))
+        message_id = await agent.send(body.blocks(), source)
     except Exception as error:
         raise agent_failure(session_id, error, "session prompt failed") from None
     return JsonBody({"messageId": message_id}, status_code=202)
@@ -324,12 +370,15 @@ async def prompt_session(
     response_model=Accepted,
     responses=error_responses(400, 401, 404, 409, 413, 415, 500),
 )
-async def interrupt_session(session_id: SessionIdPath, rt: Rt) -> JsonBody:
+async def interrupt_session(request: Request, session_id: SessionIdPath, rt: Rt) -> JsonBody:
     """Cancel the live agent's current turn (cause `user`, inbox kept); a session without one is a no-op."""
-    await _fenced_header(rt, session_id, AbortSignal.none())
+    replicas: ReplicaSet | None = request.app.state.replicas
+    await _fenced_header(rt, session_id, AbortSignal.none(), replicas)
     agent = rt.agents.get(session_id)
     if agent is not None:
         agent.cancel("user", keep_inbox=True)
+    elif replicas is not None:
+        await replicas.interrupt(session_id)  # the holder, if another live replica, cancels its turn
     return JsonBody({"accepted": True})
 
 

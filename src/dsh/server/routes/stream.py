@@ -17,6 +17,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 
 from dsh.server.errors import bad_request
+from dsh.server.replicas import ReplicaSet
 from dsh.server.routes.deps import error_responses
 from dsh.server.stream import PushHub, Subscription
 from dsh.session.ids import id_problem
@@ -118,6 +119,12 @@ async def stream_events(
             if problem is not None:
                 raise bad_request(["query", "sessionId", index], problem, "session_id")
         ids = frozenset(session_id)
-    hub: PushHub = request.app.state.hub
-    subscription = hub.subscribe(ids, _last_event_id(last_event_id))
+    replicas: ReplicaSet | None = request.app.state.replicas
+    subscription: Subscription
+    if replicas is not None:
+        # Frame ids are store positions, valid on every replica (docs/server.md#replicas).
+        subscription = await replicas.subscribe(ids, last_event_id)
+    else:
+        hub: PushHub = request.app.state.hub
+        subscription = hub.subscribe(ids, _last_event_id(last_event_id))
     return EventStream(subscription, ping_interval_s=request.app.state.ping_interval_s)
