@@ -52,7 +52,7 @@ _ATTRIBUTES: Final[Mapping[str, set[str]]] = {
 _CACHED: Final = 2048
 
 
-def _image_as_link(tokens: Sequence[Token], index: int, options: Any, env: Any) -> str:
+def _image_as_link(renderer: Any, tokens: Sequence[Token], index: int, options: Any, env: Any) -> str:
     token = tokens[index]
     src = token.attrGet("src")
     alt = token.content or "image"
