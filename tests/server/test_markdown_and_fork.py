@@ -80,13 +80,14 @@ async def test_fork_through_a_seq_keeps_whole_turns_only(served: Api) -> None:
     events = [entry["event"] for entry in (await served.http.get("/api/v1/sessions/source/history")).json()["events"]]
     first_end = next(event["seq"] for event in events if event["type"] == "turn/end")
     inside = next(event["seq"] for event in events if event["type"] == "user/message")
-    assert_error(await served.http.post("/api/v1/sessions/source/fork", json={"throughSeq": inside}), 409, "agent-busy")
-    assert_error(await served.http.post("/api/v1/sessions/source/fork", json={"throughSeq": 10_000}), 400, "bad-request")
-    response = await served.http.post("/api/v1/sessions/source/fork", json={"throughSeq": first_end})
+    fork = "/api/v1/sessions/source/fork"
+    assert_error(await served.http.post(fork, json={"throughSeq": inside}), 409, "agent-busy")
+    assert_error(await served.http.post(fork, json={"throughSeq": 10_000}), 400, "bad-request")
+    response = await served.http.post(fork, json={"throughSeq": first_end})
     assert response.status_code == 201, response.text
     fork_id = response.json()["session"]["id"]
-    fork = (await served.http.get(f"/api/v1/sessions/{fork_id}/history")).json()
-    kept = [entry["event"] for entry in fork["events"]]
+    page = (await served.http.get(f"/api/v1/sessions/{fork_id}/history")).json()
+    kept = [entry["event"] for entry in page["events"]]
     assert kept[: first_end + 1] == events[: first_end + 1]
     assert [event["type"] for event in kept[first_end + 1 :]] == ["session/end-seed"]
 

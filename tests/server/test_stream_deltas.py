@@ -83,11 +83,10 @@ async def test_a_window_merges_the_chunks_that_arrive_within_it(tmp_path: Path) 
         timer.advance(50)
         first = await collect(follower, lambda got: any(frame.event == "session/delta" for frame in got))
         held = [frame.data for frame in first if frame.event == "session/delta"]
-        assert held == [
-            {"sessionId": agent.id, "turn": 1, "step": 1, "kind": "text", "offset": 0, "text": ANSWER[:4]}
-        ]
+        assert held == [{"sessionId": agent.id, "turn": 1, "step": 1, "kind": "text", "offset": 0, "text": ANSWER[:4]}]
         model.release("mid")
         rest = await collect(follower, lambda got: any(_is_message(frame) for frame in got))
         tail = [frame.data for frame in rest if frame.event == "session/delta"]
-        assert tail and tail[0]["offset"] == 4
+        assert tail
+        assert tail[0]["offset"] == 4
         assert "".join(delta["text"] for delta in [*held, *tail]) == ANSWER
