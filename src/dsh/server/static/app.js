@@ -5,12 +5,14 @@
 // applied once. Every text that comes from the server is inserted with textContent.
 
 import { adoptTokenFromUrl, api, forgetToken, onUnauthenticated, setToken, token } from "./api.js";
+import { ApprovalList } from "./approvals.js";
 import { ChildPanel } from "./child.js";
 import { ConversationView } from "./conversation.js";
 import { byId, say } from "./dom.js";
 import { SessionList } from "./sessions.js";
 import { PushStream } from "./stream.js";
 import { SubagentTree } from "./tree.js";
+import { usageTotals } from "./usage.js";
 
 const MAX_FILTER_IDS = 256;
 const SEEN_LIMIT = 4096;
@@ -32,7 +34,14 @@ const statuses = {
 };
 
 const sessions = new SessionList({ onSelect: (id) => selectSession(id) });
-const conversation = new ConversationView({ onProjections: applySnapshot });
+const conversation = new ConversationView({
+  onProjections: applySnapshot,
+  onForked: (summary) => {
+    sessions.upsert(summary);
+    selectSession(summary.id);
+  },
+});
+const approvals = new ApprovalList({ onOpenSession: (id) => openApprovalSession(id) });
 const tree = new SubagentTree({ onSelect: (entry) => openChild(entry), statuses });
 const child = new ChildPanel({
   onOpen: (entry) => {
@@ -76,6 +85,16 @@ async function selectSession(id) {
   refocus();
   await Promise.all([loading, tree.load(id)]);
   refocus();
+}
+
+/** An approval's session: the conversation when it is a top-level session, else the tree row of its child. */
+async function openApprovalSession(id) {
+  const row = tree.row(id);
+  if (row) {
+    openChild(row);
+    return;
+  }
+  if (id !== conversation.sessionId) await selectSession(id);
 }
 
 function openChild(entry) {
@@ -161,8 +180,21 @@ function onFrame(frame) {
       if (sessionId === child.sessionId) child.notify(seq);
       break;
     }
+    case "session/delta": {
+      // Transient (no id): streamed text of the open conversation or child.
+      const { sessionId } = data;
+      if (sessionId === conversation.sessionId) conversation.delta(data);
+      if (sessionId === child.sessionId) child.delta(data);
+      break;
+    }
     case "session/projection":
       applyProjection(data.sessionId, data.key, data.value, data.seq);
+      break;
+    case "approval/pending":
+      approvals.add(data.approval);
+      break;
+    case "approval/settled":
+      approvals.settled(data.id, data.outcome);
       break;
     default:
       break;
@@ -184,6 +216,12 @@ function applyProjection(sessionId, key, value, seq) {
     if (sessionId === conversation.sessionId) conversation.update({ id: sessionId, title: value || undefined });
   } else if (key === "subagentTiming" && sessionId === child.sessionId) {
     child.setTiming(value);
+  } else {
+    const totals = usageTotals({ [key]: value });
+    if (totals) {
+      sessions.setUsage(sessionId, totals);
+      if (sessionId === conversation.sessionId) conversation.setUsage(totals);
+    }
   }
 }
 
@@ -210,7 +248,7 @@ function scheduleRefetch() {
   if (refetchTimer) return;
   refetchTimer = setTimeout(async () => {
     refetchTimer = null;
-    await sessions.load();
+    await Promise.all([sessions.load(), approvals.load()]);
     if (conversation.sessionId) {
       sessions.select(conversation.sessionId);
       conversation.refresh();
@@ -307,7 +345,7 @@ async function start(initialSession) {
   byId("layout").hidden = false;
   broadcast.start();
   await whenLive(broadcast, 3000);
-  await sessions.load();
+  await Promise.all([sessions.load(), approvals.load()]);
   if (initialSession) await selectSession(initialSession);
 }
 

@@ -12,7 +12,7 @@ export class HistoryFeed {
    * @param {{scroll: HTMLElement, fetchPage: (beforeSeq?: number) => Promise<object>, raw?: boolean,
    *          onPage?: (page: object) => void, onError?: (error: Error) => void}} options
    */
-  constructor({ scroll, fetchPage, raw = false, onPage = () => {}, onError = () => {} }) {
+  constructor({ scroll, fetchPage, raw = false, perspective = "session", onPage = () => {}, onError = () => {} }) {
     this.scroll = scroll;
     this.fetchPage = fetchPage;
     this.onPage = onPage;
@@ -21,7 +21,7 @@ export class HistoryFeed {
     this.list = el("ol", { class: "entries" });
     this.earlier.addEventListener("click", () => this.loadEarlier());
     scroll.replaceChildren(this.earlier, this.list);
-    this.transcript = new Transcript(this.list, { raw });
+    this.transcript = new Transcript(this.list, { raw, perspective });
     this.nextBeforeSeq = null;
     this.syncing = null;
     this.again = false;
@@ -74,6 +74,20 @@ export class HistoryFeed {
     }
   }
 
+  /** A `session/delta` frame: streamed text of the session's current step. */
+  delta(data) {
+    const stick = this.nearBottom();
+    this.transcript.delta(data);
+    if (stick) this.toBottom();
+  }
+
+  /** Show a prompt the person just sent, before the log has it (see `Transcript.pendingPrompt`). */
+  pendingPrompt(text) {
+    const handle = this.transcript.pendingPrompt(text);
+    this.toBottom();
+    return handle;
+  }
+
   /** A frame said event `seq` was appended. */
   notify(seq) {
     if (typeof seq === "number" && this.transcript.lastSeq !== null && seq <= this.transcript.lastSeq) return;
@@ -122,6 +136,9 @@ export class HistoryFeed {
   }
 }
 
+/** The page's events; an entry's presentation hint (`view`, e.g. rendered html) rides along as `event.view`. */
 function events(page) {
-  return (page.events || []).map((entry) => entry.event).filter((event) => event && typeof event.seq === "number");
+  return (page.events || [])
+    .filter((entry) => entry && entry.event && typeof entry.event.seq === "number")
+    .map((entry) => (entry.view && typeof entry.view === "object" ? { ...entry.event, view: entry.view } : entry.event));
 }
