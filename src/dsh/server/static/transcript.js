@@ -321,6 +321,19 @@ export class Transcript {
   message(event, role, message, who, author) {
     const text = textOf(message.content);
     const kind = message.source?.kind || role;
+    if (kind === "plugin") {
+      // Context the harness adds for the model (date, sandbox, approvals): folded, it is not a message.
+      return el(
+        "li",
+        { class: "entry context-note", data: { seq: event.seq, type: event.type, source: kind } },
+        el(
+          "details",
+          {},
+          el("summary", {}, el("span", { text: "Context for the model" }), " ", el("time", { class: "muted", text: formatTime(event.time) })),
+          el("div", { class: "text", text }),
+        ),
+      );
+    }
     return el(
       "li",
       { class: `entry message ${role}`, data: { seq: event.seq, type: event.type, source: kind, author } },
