@@ -186,7 +186,8 @@ async def test_a_child_is_prompted_through_its_resumed_parent_and_a_dropped_stre
         await ui.screenshot("child-running")
         # The held answer's first piece is streamed (plain text, marked as being written), not logged yet.
         await expect(body.locator(".streaming")).to_contain_text("SUMMARY_LINE_OK")
-        assert not any("SUMMARY_LINE_OK" in text for text in await body.locator(".entry:not(.streaming)").all_inner_texts())
+        logged = await body.locator(".entry:not(.streaming)").all_inner_texts()
+        assert not any("SUMMARY_LINE_OK" in text for text in logged)
 
         # The outage: the server ends every stream and the browser cannot reconnect for a while.
         ui.network.block_stream = True

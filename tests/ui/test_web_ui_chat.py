@@ -1,7 +1,7 @@
 """The web UI as a chat: streamed answers, safe markdown, approvals, titles and search, child authors.
 
 Each test drives Debian's chromium against an in-process server and saves a screenshot of every
-screen it reaches at 1280×800 and at 390×844 (a phone) in its own temporary folder.
+screen it reaches at 1280x800 and at 390x844 (a phone) in its own temporary folder.
 """
 
 from __future__ import annotations
@@ -21,7 +21,15 @@ from dsh.config import Config
 from dsh.projection import ClientView, ProjectionUnit
 from dsh.runtime import Runtime
 from dsh.testing.server import LiveServer, running_server
-from tests.ui.helpers import HANG_GUARD_MS, BrowserSession, DemoHome, browser_session, playwright_api, serve_home, ui_script
+from tests.ui.helpers import (
+    HANG_GUARD_MS,
+    BrowserSession,
+    DemoHome,
+    browser_session,
+    playwright_api,
+    serve_home,
+    ui_script,
+)
 
 pytestmark = pytest.mark.slow  # each test drives a real browser: `make test` only
 
@@ -147,7 +155,7 @@ HOSTILE_MD = (
     "<script>window.__pwned = 'script'</script>\n\n"
     "<img src=x onerror=\"window.__pwned = 'img'\"> and ![pic](x\" onerror=\"window.__pwned='alt')\n\n"
     "[click me](javascript:window.__pwned='link') and [docs](https://example.org/docs)\n\n"
-    "<iframe src=\"https://example.org\"></iframe>\n\n"
+    '<iframe src="https://example.org"></iframe>\n\n'
     "```python\nprint('copy me')\n```\n"
 )
 
@@ -217,7 +225,9 @@ async def test_approvals_decided_in_the_page_reach_the_log(chromium: str, tmp_pa
         {
             "version": 1,
             "model": "scripted-ui",
-            "agents": {"main": {"steps": [{"toolCalls": [_BASH_ONE]}, {"toolCalls": [_BASH_TWO]}, {"text": "ALL_DONE"}]}},
+            "agents": {
+                "main": {"steps": [{"toolCalls": [_BASH_ONE]}, {"toolCalls": [_BASH_TWO]}, {"text": "ALL_DONE"}]}
+            },
         }
     )
     async with (
@@ -307,7 +317,8 @@ async def test_the_session_list_shows_titles_and_filters_by_search(chromium: str
             visible = page.locator("#session-list li:not([hidden]) .session")
             await search.fill("teapot")
             await expect(visible).to_have_count(2)
-            assert sorted(await visible.evaluate_all("nodes => nodes.map(n => n.dataset.id)")) == ["s-glaze", "s-teapot"]
+            shown = await visible.evaluate_all("nodes => nodes.map(n => n.dataset.id)")
+            assert sorted(shown) == ["s-glaze", "s-teapot"]
             await screens(ui, "search", "sessions")
             await search.fill("kettle rep")
             await expect(visible).to_have_count(1)
@@ -335,7 +346,7 @@ def _damage(home: Path) -> None:
 async def test_the_child_panel_names_the_parent_agent_and_offers_interrupt_only_while_running(
     chromium: str, demo_home: DemoHome, tmp_path: Path
 ) -> None:
-    """The task and the relayed follow-up are the parent agent's, the person's own message is "You"; unlisted counted."""
+    """The task and relayed follow-up are the parent agent's, the person's message is "You"; unlisted counted."""
     _damage(demo_home.path)
     step = {"match": {"lastUser": "One more line, please."}, "hold": "child-line", "text": "CHILD_LINE_OK"}
     async with (
