@@ -55,6 +55,7 @@ from dsh.projection.cache import ProjectionCacheConfig
 from dsh.projection.cache_storage import CacheIdentity, CacheRecord
 from dsh.query import HistoryPage, QueryConfig, SessionFilter, SessionLineage, SessionObservation, SessionRecord
 from dsh.query.history import PageBounds
+from dsh.server.deltas import DeltaFrame
 from dsh.server.security import ServeToken
 from dsh.server.stream import Frame
 from dsh.session import HeaderInit, SessionEvent, SessionHeader, SessionId, SurfaceReplace
@@ -221,6 +222,7 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
     PageBounds: (PageBounds(0, 1), {"end": 2}),
     ServeToken: (ServeToken("token", Path("/h/serve-token"), True), {"fresh": False}),
     Frame: (Frame(1, "session/event", {"sessionId": "s1"}), {"id": 2}),
+    DeltaFrame: (DeltaFrame("session/delta", {"sessionId": "s1", "text": "a"}), {"event": "session/other"}),
     SurfaceReplace: (SurfaceReplace(0, 2), {"end": 3}),
     LogProblem: (LogProblem(3, "seq", "seq 4 where 3 was expected", 4), {"index": 4}),
     Refusal: (Refusal(0, "unknown", "x/new", "unknown event type"), {"kind": "legacy"}),

@@ -195,6 +195,12 @@ async def test_hostile_markdown_renders_inert_and_code_blocks_copy(
         await expect(block.locator(".copy-code")).to_have_text("Copied")
         assert await page.evaluate("navigator.clipboard.readText()") == "print('copy me')\n"
         await screens(ui, "markdown", "conversation")
+        # Dark mode follows the system setting.
+        light = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+        await page.emulate_media(color_scheme="dark")
+        dark = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert (light, dark) == ("rgb(244, 246, 249)", "rgb(15, 19, 25)")
+        await screens(ui, "markdown-dark", "conversation")
         assert await page.evaluate("window.__pwned === undefined")
         assert ui.network.foreign == []
         assert ui.console_errors == []
@@ -319,6 +325,7 @@ async def test_the_session_list_shows_titles_and_filters_by_search(chromium: str
             await expect(visible).to_have_count(2)
             shown = await visible.evaluate_all("nodes => nodes.map(n => n.dataset.id)")
             assert sorted(shown) == ["s-glaze", "s-teapot"]
+            await expect(page.locator("#sessions-count")).to_have_text("2 of 4")
             await screens(ui, "search", "sessions")
             await search.fill("kettle rep")
             await expect(visible).to_have_count(1)

@@ -56,6 +56,8 @@ export class SessionList {
       node.hidden = !visible;
       if (visible) shown += 1;
     }
+    const total = `${this.items.size}${this.cursor ? "+" : ""}`;
+    byId("sessions-count").textContent = this.items.size ? (this.query ? `${shown} of ${total}` : total) : "";
     const none = byId("sessions-nomatch");
     none.hidden = !(this.query && this.items.size > 0 && shown === 0);
     none.textContent = this.cursor
@@ -96,11 +98,9 @@ export class SessionList {
   }
 
   refreshChrome() {
-    this.applyFilter();
     this.more.hidden = !this.cursor;
     byId("sessions-empty").hidden = this.items.size > 0;
-    const count = this.items.size;
-    byId("sessions-count").textContent = count ? `${count}${this.cursor ? "+" : ""}` : "";
+    this.applyFilter();
   }
 
   get(id) {
