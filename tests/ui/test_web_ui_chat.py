@@ -131,6 +131,18 @@ async def test_an_answer_streams_before_its_turn_ends_and_then_renders_as_markdo
         await expect(prompts).to_have_count(1)
         await expect(prompts).to_have_attribute("data-seq", re.compile(r"^\d+$"))
         await expect(conversation.locator(".pending-prompt")).to_have_count(0)
+        # Token figures: each step's usage on its message, and the session's total in the heading.
+        step_usage = rendered.last.locator("xpath=..").locator(".usage")
+        await expect(step_usage).to_have_text(re.compile(r"^in \d+ · out \d+ tokens$"))
+        logged = [
+            event.data["usage"]
+            for event in served.rt.agents.get(demo_home.parent).session.events  # type: ignore[union-attr]
+            if event.type == "assistant/message" and "usage" in event.data
+        ]
+        counted = ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens")
+        total = sum(usage.get(key, 0) for usage in logged for key in counted)
+        assert 0 < total < 1000  # shown in full (no compact notation)
+        await expect(page.locator("#conversation-meta .usage-total")).to_have_text(f"{total} tokens")
         await screens(ui, "rendered", "conversation")
 
         # Fork: a new session with the same conversation opens, and the list gains it.

@@ -48,6 +48,7 @@ export class ConversationView {
       scroll: this.scroll,
       fetchPage: (beforeSeq) => api.getSessionHistory(id, { beforeSeq }),
       onPage: (page) => this.takePage(page),
+      onShown: () => this.countShown(),
       onError: (error) => say("conversation-error", `The history could not be read: ${error.message}`),
     });
     return this.feed.load().then(
@@ -74,6 +75,19 @@ export class ConversationView {
       if (totals) this.setUsage(totals);
     }
     if (!this.feed || !this.feed.transcript.empty) this.scroll.querySelector(".conversation-empty")?.remove();
+  }
+
+  /**
+   * Without totals from the server, a session whose every event is shown gets its own total summed
+   * from its steps (its forked-from prefix left out); it is marked as counted here, and has no cost.
+   */
+  countShown() {
+    if (!this.feed || (this.usage && !this.usage.local)) return;
+    if (!this.feed.complete) return;
+    const totals = usageTotals({ usage: this.feed.transcript.usageSum() });
+    if (!totals || totals.tokens === 0) return;
+    this.usage = { ...totals, local: true, detail: `${totals.detail} (summed from the steps shown)` };
+    this.renderHeader();
   }
 
   /** The summary changed (status, title). */

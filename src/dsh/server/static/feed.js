@@ -12,10 +12,19 @@ export class HistoryFeed {
    * @param {{scroll: HTMLElement, fetchPage: (beforeSeq?: number) => Promise<object>, raw?: boolean,
    *          onPage?: (page: object) => void, onError?: (error: Error) => void}} options
    */
-  constructor({ scroll, fetchPage, raw = false, perspective = "session", onPage = () => {}, onError = () => {} }) {
+  constructor({
+    scroll,
+    fetchPage,
+    raw = false,
+    perspective = "session",
+    onPage = () => {},
+    onShown = () => {},
+    onError = () => {},
+  }) {
     this.scroll = scroll;
     this.fetchPage = fetchPage;
     this.onPage = onPage;
+    this.onShown = onShown;
     this.onError = onError;
     this.earlier = el("button", { class: "secondary wide earlier", text: "Load earlier", attrs: { type: "button", hidden: "" } });
     this.list = el("ol", { class: "entries" });
@@ -46,14 +55,26 @@ export class HistoryFeed {
     this.earlier.hidden = this.nextBeforeSeq === null;
   }
 
+  /** True when every event of the session is shown (no earlier page). */
+  get complete() {
+    return this.nextBeforeSeq === null && !this.transcript.empty;
+  }
+
+  /** Events before `inheritedEventCount` belong to the session this one was forked from. */
+  own(page) {
+    if (typeof page.inheritedEventCount === "number") this.transcript.ownFrom = page.inheritedEventCount;
+  }
+
   /** Show the tail page (from scratch). */
   async load() {
     const page = await this.fetchPage();
     if (this.closed) return;
     this.transcript.reset();
+    this.own(page);
     this.transcript.append(events(page));
     this.setEarlier(page);
     this.onPage(page);
+    this.onShown();
     this.toBottom();
   }
 
@@ -64,8 +85,10 @@ export class HistoryFeed {
       const page = await this.fetchPage(this.nextBeforeSeq);
       if (this.closed) return;
       const height = this.scroll.scrollHeight;
+      this.own(page);
       this.transcript.prepend(events(page));
       this.setEarlier(page);
+      this.onShown();
       this.scroll.scrollTop += this.scroll.scrollHeight - height; // keep the reader's place
     } catch (error) {
       this.onError(error);
@@ -119,6 +142,7 @@ export class HistoryFeed {
     const page = await this.fetchPage();
     if (this.closed) return;
     const fresh = events(page);
+    this.own(page);
     const stick = this.nearBottom();
     const last = this.transcript.lastSeq;
     const first = fresh.length ? fresh[0].seq : null;
@@ -133,6 +157,7 @@ export class HistoryFeed {
       if (stick) this.toBottom();
     }
     this.onPage(page);
+    this.onShown();
   }
 }
 

@@ -95,6 +95,8 @@ export class Transcript {
     this.streams = new Map(); // `${turn}/${step}/${kind}` -> {node, text, length}
     this.finished = { turn: 0, step: 0 }; // the newest step whose message is shown
     this.pendingPrompts = new Map(); // message id (or a local key) -> <li>
+    this.stepUsage = new Map(); // seq -> usage of each shown assistant message of this session's own events
+    this.ownFrom = this.ownFrom ?? 0; // events before this seq came from the session this one was forked from
     this.echoes = 0;
   }
 
@@ -138,6 +140,9 @@ export class Transcript {
     const nodes = [];
     for (const event of events) {
       if (event.type === "turn/start" && typeof event.data?.turn === "number") this.turn = event.data.turn;
+      if (event.type === "assistant/message" && event.seq >= this.ownFrom && event.data?.usage) {
+        this.stepUsage.set(event.seq, event.data.usage);
+      }
       const node = this.raw ? this.rawEntry(event) : this.entry(event);
       if (node) nodes.push(node);
     }
@@ -184,6 +189,17 @@ export class Transcript {
         this.streams.delete(key);
       }
     }
+  }
+
+  /** The shown steps' usage summed (disjoint counts, as the harness's TokenUsage). */
+  usageSum() {
+    const sum = { inputTokens: 0, outputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0 };
+    for (const usage of this.stepUsage.values()) {
+      for (const key of Object.keys(sum)) {
+        if (typeof usage[key] === "number" && Number.isFinite(usage[key])) sum[key] += usage[key];
+      }
+    }
+    return sum;
   }
 
   /** True while an answer is being streamed into the transcript. */
