@@ -1,9 +1,9 @@
-// Token and cost totals as the API carries them: on a session summary (`usage`, `cost`) and in the
-// projections of a history tail page. Counts follow the harness's disjoint TokenUsage shape
+// Token and cost totals as the API carries them: on a session summary (`tokens`: the counts with
+// `cost` and `currency` for a priced model) and in the projections of a history tail page. Counts follow the harness's disjoint TokenUsage shape
 // (`inputTokens` is uncached input; `cacheReadTokens`, `cacheWriteTokens`, `outputTokens` and
 // `reasoningTokens` beside it). Any field may be absent: a model without a price has no cost.
 
-const USAGE_KEYS = ["usage", "tokenUsage", "tokens", "sessionUsage"];
+const USAGE_KEYS = ["tokens", "usage", "tokenUsage", "sessionUsage"];
 const COUNT_KEYS = ["inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens"];
 
 function count(value) {
@@ -11,8 +11,9 @@ function count(value) {
 }
 
 function costOf(holder, usage) {
+  const currency = [holder.currency, usage && usage.currency].find((value) => typeof value === "string" && value) || "USD";
   for (const candidate of [holder.cost, usage && usage.cost]) {
-    if (typeof candidate === "number" && Number.isFinite(candidate)) return { cost: candidate, currency: "USD" };
+    if (typeof candidate === "number" && Number.isFinite(candidate)) return { cost: candidate, currency };
     if (candidate && typeof candidate === "object") {
       const amount = candidate.amount ?? candidate.total ?? candidate.usd;
       if (typeof amount === "number" && Number.isFinite(amount)) {
