@@ -172,6 +172,25 @@ HOSTILE_MD = (
 )
 
 
+_PROBE = """async () => {
+  const { renderedMessage } = await import("/static/markup.js");
+  const node = renderedMessage(
+    '<p onclick="window.__pwned = 1">hi <img src=x onerror="window.__pwned = 2">' +
+    '<script>window.__pwned = 3</script><iframe src="/"></iframe> ' +
+    '<a href="javascript:window.__pwned = 4">j</a> <a href="https://example.org/" onmouseover="x()">ok</a></p>'
+  );
+  node.id = "probe";
+  document.getElementById("conversation-scroll").append(node);
+  const all = [...node.querySelectorAll("*")];
+  return {
+    tags: all.map((e) => e.localName),
+    attrs: all.map((e) => e.getAttributeNames()),
+    hrefs: [...node.querySelectorAll("a")].map((a) => a.getAttribute("href")),
+    text: node.textContent,
+  };
+}"""
+
+
 async def test_hostile_markdown_renders_inert_and_code_blocks_copy(
     chromium: str, demo_home: DemoHome, tmp_path: Path
 ) -> None:
@@ -207,6 +226,21 @@ async def test_hostile_markdown_renders_inert_and_code_blocks_copy(
         await expect(block.locator(".copy-code")).to_have_text("Copied")
         assert await page.evaluate("navigator.clipboard.readText()") == "print('copy me')\n"
         await screens(ui, "markdown", "conversation")
+        # The page's own wall: even markup the server never sends is rebuilt from the allow-list.
+        before = len(ui.console_errors)
+        probe = await page.evaluate(_PROBE)
+        assert probe == {
+            "tags": ["p", "a", "a"],
+            "attrs": [[], [], ["href", "target", "rel"]],
+            "hrefs": [None, "https://example.org/"],
+            "text": "hi window.__pwned = 3 j ok",
+        }
+        await expect(page.locator("#probe")).to_be_attached()
+        assert await page.evaluate("window.__pwned === undefined")
+        # Parsing the probe's handlers is all the browser did with them, and the CSP refused even that.
+        refused = ui.console_errors[before:]
+        assert all("inline event handler" in error and "blocked" in error for error in refused), refused
+        del ui.console_errors[before:]
         # Dark mode follows the system setting.
         light = await page.evaluate("getComputedStyle(document.body).backgroundColor")
         await page.emulate_media(color_scheme="dark")
