@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from dsh.agent.loop import Agent, TurnResult
     from dsh.agent.model import ModelChunk, ModelClient
+    from dsh.agent.usage import TokenTotals
     from dsh.session.events import SessionEvent
     from dsh.session.session import Session
 
@@ -51,6 +52,7 @@ class _Outcome:
     result: TurnResult | None = None
     interrupted: bool = False
     timed_out: bool = False
+    tokens: TokenTotals | None = None  # the session's tree, subagents included
 
 
 def _line(value: object) -> str:
@@ -232,6 +234,9 @@ async def _drive(
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signal.SIGINT)
             printer.newline()
+            with contextlib.suppress(Exception):  # a total is a nicety: the answer stands without it
+                tokens = await rt.tokens(agent.id, tree=True)
+                outcome.tokens = tokens if tokens.requests else None  # a model that reported no usage
             return outcome, agent.id
     finally:
         await client.aclose()
@@ -312,8 +317,17 @@ def run(
         raise fail(ctx, error) from error
     result = outcome.result
     if as_json and result is not None:
-        record = {"type": "result", "sessionId": session_id, "output": result.output, "stopReason": result.stop_reason}
+        record: dict[str, object] = {
+            "type": "result",
+            "sessionId": session_id,
+            "output": result.output,
+            "stopReason": result.stop_reason,
+        }
+        if outcome.tokens is not None:
+            record["tokens"] = outcome.tokens.to_json()
         _write(_line(record) + "\n")
+    elif outcome.tokens is not None:
+        typer.echo(safe(f"session {session_id}: {outcome.tokens.summary()}"), err=True)
     if outcome.interrupted or outcome.timed_out:
         reason = "interrupted" if outcome.interrupted else f"timed out after {timeout:g} s"
         typer.echo(f"{reason}: the turn ended aborted (session {session_id})", err=True)

@@ -43,6 +43,7 @@ STATUS: Final[Mapping[str, int]] = {
     "cancelled": 499,
     "internal": 500,
     "session-unreadable": 500,
+    "compaction-failed": 502,
     "model-unavailable": 503,
     "subagent-delivery-unavailable": 503,
 }
@@ -81,6 +82,7 @@ LIBRARY_CODES: Final[Mapping[str, str]] = {
     "INVALID_BOUNDARY": "bad-request",
     # the model
     "MODEL_NOT_CONFIGURED": "model-unavailable",
+    "COMPACTION_FAILED": "compaction-failed",
     # approvals
     "APPROVAL_NOT_FOUND": "approval-not-found",
     # subagent delivery

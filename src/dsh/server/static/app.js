@@ -165,6 +165,7 @@ function onFrame(frame) {
       }
       tree.setActivity(sessionId, activityOf(status));
       child.setActivity(sessionId, activityOf(status));
+      if (status === "idle" && (sessions.get(sessionId) || sessionId === conversation.sessionId)) refreshSummary(sessionId);
       break;
     }
     case "subagent/start":
@@ -199,6 +200,26 @@ function onFrame(frame) {
     default:
       break;
   }
+}
+
+// After a turn, the summary is fetched again: its token total carries the cost, which the live
+// `tokens` projection does not (prices are applied by the server's listing).
+const summaryTimers = new Map();
+function refreshSummary(id) {
+  if (summaryTimers.has(id)) return;
+  summaryTimers.set(
+    id,
+    setTimeout(async () => {
+      summaryTimers.delete(id);
+      try {
+        const summary = await api.getSession(id);
+        sessions.upsert(summary);
+        if (id === conversation.sessionId) conversation.update(summary);
+      } catch {
+        // a nicety: the figures shown stay as they are
+      }
+    }, 150),
+  );
 }
 
 function touchesTree(id) {

@@ -97,6 +97,7 @@ export class ConversationView {
     const totals = usageTotals(summary);
     if (totals) this.usage = totals;
     this.renderHeader();
+    this.countShown();
   }
 
   setUsage(totals) {

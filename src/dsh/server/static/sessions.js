@@ -112,7 +112,9 @@ export class SessionList {
     if (!summary || summary.origin === "subagent") return;
     const known = this.items.get(summary.id);
     if (known) {
-      this.update(summary.id, { ...known, ...summary, title: summary.title ?? known.title });
+      // A summary's own token figures (with the cost) replace totals learnt from projections.
+      const totals = summary.tokens ? undefined : known.totals;
+      this.update(summary.id, { ...known, ...summary, title: summary.title ?? known.title, totals });
       return;
     }
     // Newest first: insert before the first session created earlier than this one.
@@ -204,3 +206,4 @@ export class SessionList {
     return node;
   }
 }
+
