@@ -134,13 +134,11 @@ async def test_an_answer_streams_before_its_turn_ends_and_then_renders_as_markdo
         # Token figures: each step's usage on its message, and the session's total in the heading.
         step_usage = rendered.last.locator("xpath=..").locator(".usage")
         await expect(step_usage).to_have_text(re.compile(r"^in \d+ · out \d+ tokens$"))
-        logged = [
-            event.data["usage"]
-            for event in served.rt.agents.get(demo_home.parent).session.events  # type: ignore[union-attr]
-            if event.type == "assistant/message" and "usage" in event.data
-        ]
-        counted = ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens")
-        total = sum(usage.get(key, 0) for usage in logged for key in counted)
+        # The heading's total is the server's (the `tokens` projection), billed input plus output.
+        await served.rt.settle(HANG_GUARD_MS / 1000)
+        session = served.rt.agents.get(demo_home.parent).session  # type: ignore[union-attr]
+        counts = served.rt.projections.snapshot(session, ("tokens",)).values["tokens"]["total"]
+        total = sum(counts[key] for key in ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens"))
         assert 0 < total < 1000  # shown in full (no compact notation)
         await expect(page.locator("#conversation-meta .usage-total")).to_have_text(f"{total} tokens")
         await screens(ui, "rendered", "conversation")
@@ -272,7 +270,7 @@ async def _plain_server(
 
 
 async def test_approvals_decided_in_the_page_reach_the_log(chromium: str, tmp_path: Path) -> None:
-    """Both questions show the exact command; Approve runs the first, Deny refuses the second, the log says so."""
+    """Both questions show the exact command; Approve runs one, Deny refuses the other, the log says so; cost shows."""
     model = ScriptedModelClient.from_dict(
         {
             "version": 1,
@@ -282,8 +280,9 @@ async def test_approvals_decided_in_the_page_reach_the_log(chromium: str, tmp_pa
             },
         }
     )
+    prices = {"models": {"scripted-ui": {"input": 1000.0, "cache_hit_input": 100.0, "output": 2000.0}}}
     async with (
-        _plain_server(tmp_path, model) as (rt, _server, url),
+        _plain_server(tmp_path, model, prices=prices) as (rt, _server, url),
         browser_session(chromium, tmp_path / "shots") as ui,
     ):
         page = ui.page
@@ -318,6 +317,12 @@ async def test_approvals_decided_in_the_page_reach_the_log(chromium: str, tmp_pa
         results = [event.data["message"]["content"][0] for event in events if event.type == "tool/result"]
         assert results[0]["content"][0]["text"] == "approved-from-the-page\n"
         assert results[1]["isError"] is True
+        # Token and cost figures of a priced model: three steps of 10 input and 5 output tokens.
+        usages = [event.data["usage"] for event in events if event.type == "assistant/message"]
+        assert usages == [{"inputTokens": 10, "outputTokens": 5}] * 3
+        await expect(page.locator("#conversation-meta .usage-total")).to_have_text("45 tokens")
+        await expect(page.locator("#conversation-meta .cost-total")).to_have_text("$0.06")
+        await expect(row.locator(".session-meta")).to_contain_text("45 tokens · $0.06")
         await screens(ui, "approved", "conversation")
         assert ui.network.foreign == []
         assert ui.console_errors == []

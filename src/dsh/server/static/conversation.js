@@ -6,7 +6,7 @@
 import { api } from "./api.js";
 import { append, byId, clear, el, formatCost, formatDateTime, formatTokens, say, submitOnEnter } from "./dom.js";
 import { HistoryFeed } from "./feed.js";
-import { usageTotals } from "./usage.js";
+import { mergeTotals, usageTotals } from "./usage.js";
 
 export class ConversationView {
   constructor({ onProjections, onForked }) {
@@ -101,7 +101,7 @@ export class ConversationView {
   }
 
   setUsage(totals) {
-    this.usage = totals;
+    this.usage = mergeTotals(this.usage, totals);
     if (this.summary) this.renderHeader();
   }
 

@@ -5,7 +5,7 @@
 
 import { api } from "./api.js";
 import { byId, el, formatAgo, formatCost, formatDateTime, formatTokens, say } from "./dom.js";
-import { usageTotals } from "./usage.js";
+import { mergeTotals, usageTotals } from "./usage.js";
 
 /** When the session last did something: the server's figure when it has one, else its creation. */
 function lastActivity(summary) {
@@ -138,7 +138,7 @@ export class SessionList {
   /** Token and cost totals learnt from projections. */
   setUsage(id, totals) {
     const item = this.items.get(id);
-    if (item && totals) this.update(id, { ...item, totals });
+    if (item && totals) this.update(id, { ...item, totals: mergeTotals(item.totals || usageTotals(item), totals) });
   }
 
   setTitle(id, title) {

@@ -53,3 +53,16 @@ export function usageTotals(holder) {
   if (cost) Object.assign(out, cost);
   return out;
 }
+
+/**
+ * New totals over held ones: a projection's totals carry no cost (the server prices only summaries),
+ * so a held cost stays while the token count is the same; once the count moved it is dropped until
+ * the next summary brings the new one.
+ */
+export function mergeTotals(held, fresh) {
+  if (!fresh) return held;
+  if (held && typeof held.cost === "number" && typeof fresh.cost !== "number" && held.tokens === fresh.tokens) {
+    return { ...fresh, cost: held.cost, currency: held.currency };
+  }
+  return fresh;
+}
