@@ -37,6 +37,7 @@ COMMAND_MODULES: Final = {
     "config": "dsh.cli.configuration",
     "doctor": "dsh.cli.doctor",
     "history": "dsh.cli.history",
+    "mcp": "dsh.cli.mcp",
     "run": "dsh.cli.run",
     "serve": "dsh.cli.serve",
     "sessions": "dsh.cli.sessions",
