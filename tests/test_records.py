@@ -59,6 +59,7 @@ from dsh.projection.cache import ProjectionCacheConfig
 from dsh.projection.cache_storage import CacheIdentity, CacheRecord
 from dsh.query import HistoryPage, QueryConfig, SessionFilter, SessionLineage, SessionObservation, SessionRecord
 from dsh.query.history import PageBounds
+from dsh.server.deltas import DeltaFrame
 from dsh.server.replicas import ReplicaSettings
 from dsh.server.security import ServeToken
 from dsh.server.stream import Frame
@@ -240,6 +241,7 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
     ReplicaSettings: (ReplicaSettings(), {"idle_release_s": 0.0}),
     RequestRow: (RequestRow(1, "s1", "prompt", {"content": []}, "a@h:1", "pending", None, None), {"state": "done"}),
     Frame: (Frame(1, "session/event", {"sessionId": "s1"}), {"id": 2}),
+    DeltaFrame: (DeltaFrame("session/delta", {"sessionId": "s1", "text": "a"}), {"event": "session/other"}),
     SurfaceReplace: (SurfaceReplace(0, 2), {"end": 3}),
     LogProblem: (LogProblem(3, "seq", "seq 4 where 3 was expected", 4), {"index": 4}),
     Refusal: (Refusal(0, "unknown", "x/new", "unknown event type"), {"kind": "legacy"}),

@@ -62,9 +62,9 @@ CHILD_LABEL = "Collect sources"
 
 def scripted(**tracks: Sequence[Mapping[str, Any]]) -> ScriptedModelClient:
     """A scripted client: a named track replays its steps (and answers settlement notices); an unnamed
-    track (`main` and the continuable child's label by default) answers every request with `OK`."""
+    track (`main`, the continuable child's label and `compaction` by default) answers every request with `OK`."""
     agents: dict[str, Any] = {}
-    for key in {"main", CHILD_LABEL, *tracks}:
+    for key in {"main", CHILD_LABEL, "compaction", *tracks}:
         steps = list(tracks.get(key, ()))
         standing = {"match": {"source": "subagent-settled"}, "text": "NOTED"} if steps else {"text": "OK"}
         agents[key] = {"steps": steps, "on": [standing]}

@@ -65,6 +65,7 @@ async def hub_runtime(
     queue_size: int = 1000,
     coalesce_ms: int = 0,
     timer: Timer | None = None,
+    delta_ms: int = 50,
 ) -> AsyncIterator[tuple[Runtime, PushHub]]:
     """An open in-memory runtime (deterministic ids and clock) with a started hub, closed in the server's order."""
     config = Config(home=home, agent=AgentConfig(log_chunks=log_chunks))
@@ -77,7 +78,9 @@ async def hub_runtime(
         use_cache=False,
     )
     async with runtime as rt:
-        hub = PushHub(rt, buffer_size=buffer_size, queue_size=queue_size, coalesce_ms=coalesce_ms, timer=timer)
+        hub = PushHub(
+            rt, buffer_size=buffer_size, queue_size=queue_size, coalesce_ms=coalesce_ms, timer=timer, delta_ms=delta_ms
+        )
         hub.start()
         try:
             yield rt, hub

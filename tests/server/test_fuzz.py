@@ -68,7 +68,7 @@ def test_schemathesis_finds_no_undocumented_status_no_500_and_no_schema_violatio
         auth = {"Authorization": f"Bearer {live.token}"}
         operations = [result.ok() for result in schema.get_all_operations()]
         operations = [operation for operation in operations if operation.path != "/api/v1/stream"]
-        assert len(operations) == 16
+        assert len(operations) == 17
         for operation in operations:
             names = {parameter.name for parameter in operation.path_parameters}
             seeded = {name: value for name, value in known.items() if name in names}
@@ -119,7 +119,7 @@ def test_schemathesis_requests_without_the_token_are_401_on_every_route_but_heal
     with ThreadedServer(tmp_path / "home", _seed) as live:
         raw = httpx.get(f"{live.base_url}/openapi.json", timeout=30).json()
         operations = [result.ok() for result in schemathesis.openapi.from_dict(raw).get_all_operations()]
-        assert len(operations) == 17
+        assert len(operations) == 18
         for operation in operations:
             _sweep(operation.as_strategy(GenerationMode.POSITIVE), operation.label, live.base_url, answered)()
     assert set(answered) == {operation.label for operation in operations}

@@ -75,7 +75,7 @@ async def test_every_route_but_health_and_ready_needs_the_token(served: Api, tok
     """Without a (right) token every `/api/v1` operation but health and ready is 401 with `WWW-Authenticate: Bearer`."""
     document = (await served.http.get("/openapi.json")).json()
     operations = [row for row in _operations(document) if row["path"].startswith("/api/v1")]
-    assert len(operations) == 17
+    assert len(operations) == 18
     async with served.server.client(token=token) as client:
         for row in operations:
             response = await _call(client, row["method"], row["path"])

@@ -8,5 +8,6 @@ never does.
 Modules: `app` (`create_app`), `errors` (`WireError` and the code → status table), `models` (wire
 models), `security` (token file, bearer and Host checks, bind rules), `middleware` (body limit,
 request id, abort on disconnect, access log), `routes` (the `/api/v1` routes), `stream` (the push
-stream's `PushHub`) and `serve` (running it on uvicorn).
+stream's `PushHub`), `deltas` (streamed text as `session/delta` frames), `markdown` (assistant
+messages rendered and sanitized for the web UI) and `serve` (running it on uvicorn).
 """

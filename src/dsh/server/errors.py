@@ -78,6 +78,9 @@ LIBRARY_CODES: Final[Mapping[str, str]] = {
     "DUPLICATE_AGENT": "agent-busy",
     "SESSION_LIVE": "agent-busy",
     "SESSION_LEASE_HELD": "agent-busy",
+    "OPEN_TURN": "agent-busy",
+    # a fork boundary the route could not check first
+    "INVALID_BOUNDARY": "bad-request",
     # the model
     "MODEL_NOT_CONFIGURED": "model-unavailable",
     "COMPACTION_FAILED": "compaction-failed",

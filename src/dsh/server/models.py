@@ -31,6 +31,8 @@ __all__ = [
     "CompactionSummary",
     "CreateSessionBody",
     "EmptyBody",
+    "EntryView",
+    "ForkBody",
     "ErrorBody",
     "Health",
     "HistoryPage",
@@ -99,6 +101,12 @@ class CreateSessionBody(_Request):
         Field(min_length=1, max_length=MAX_TEXT_CHARS),
         AfterValidator(lambda value: value if value is None else _no_lone_surrogate(value)),
     ] = None
+
+
+class ForkBody(_Request):
+    """The (optional) body of `forkSession`: the last event the fork keeps (default: every event)."""
+
+    through_seq: int | None = Field(default=None, alias="throughSeq", ge=0, le=2**53 - 1)
 
 
 class ApprovalDecisionBody(_Request):
@@ -245,11 +253,17 @@ class SessionHeader(TypedDict):
     agentPreset: NotRequired[str]
 
 
+class EntryView(TypedDict):
+    """How the UI shows an event: `html` is an assistant message rendered from markdown and sanitized."""
+
+    html: NotRequired[str]
+
+
 class HistoryEntry(TypedDict):
-    """One event of a page, with an optional presentation hint."""
+    """One event of a page, with an optional presentation hint (`view`, never a change of the event)."""
 
     event: dict[str, Any]
-    view: NotRequired[Any]
+    view: NotRequired[EntryView]
 
 
 class ProjectionBlock(TypedDict):

@@ -14,7 +14,9 @@ process-wide rising id:
   provider}`, the end adding `stopReason` and `hasOutput`;
 * `approval/pending`, `approval/settled` — the approval broker: `{sessionId, approval}` for a tool call
   waiting for `decideApproval`, `{sessionId, id, outcome}` once it is settled;
-* `reset` — the hub itself, for one client: `{reason}`; the client refetches its state.
+* `reset` — the hub itself, for one client: `{reason}`; the client refetches its state;
+* `session/delta` — streamed answer text, coalesced by `dsh.server.deltas.DeltaRelay`: transient
+  frames without an id, never buffered or replayed, sent only to the session's followers.
 
 Notifications arrive synchronously inside appends, publications and status changes. The hub never
 blocks or raises there: a frame is built, kept in a ring buffer of the last `buffer_size` frames and
@@ -51,6 +53,7 @@ import orjson
 
 from dsh.projection import push_frame
 from dsh.query.summary import event_summary, is_summarised
+from dsh.server.deltas import DeltaFrame, DeltaRelay
 from dsh.server.models import summary_json
 from dsh.timer import LoopTimer, Timer, TimerHandle
 
@@ -147,7 +150,7 @@ class Subscription:
         self._hub = hub
         self.session_ids = session_ids
         """The filter: None for the broadcast frames only, else the session ids this client follows."""
-        self._queue: deque[Frame] = deque()
+        self._queue: deque[Frame | DeltaFrame] = deque()
         self._queue_size = queue_size
         self._wake = asyncio.Event()
         self._ended = False  # no frame is accepted any more; the iterator stops once the queue is empty
@@ -171,7 +174,7 @@ class Subscription:
             return frame.event in BROADCAST_EVENTS
         return any(subject in ids for subject in frame.subjects())
 
-    def offer(self, frame: Frame) -> None:
+    def offer(self, frame: Frame | DeltaFrame) -> None:
         """Queue `frame` without waiting; on overflow send `reset` and end the stream."""
         if self._ended:
             return
@@ -199,10 +202,10 @@ class Subscription:
             self._hub.discard(self)
         self._wake.set()
 
-    def __aiter__(self) -> AsyncIterator[Frame]:
+    def __aiter__(self) -> AsyncIterator[Frame | DeltaFrame]:
         return self
 
-    async def __anext__(self) -> Frame:
+    async def __anext__(self) -> Frame | DeltaFrame:
         while True:
             if self._queue:
                 return self._queue.popleft()
@@ -228,6 +231,8 @@ class PushHub:
         coalesce_ms: The window in which projection changes are merged to the latest per session
             and key; 0 sends every change at once.
         timer: Runs the coalescing window (default: the running loop's `call_later`).
+        delta_ms: The window in which streamed text of one session is merged into one
+            `session/delta` frame (`dsh.server.deltas`); 0 sends every chunk.
     """
 
     def __init__(
@@ -238,6 +243,7 @@ class PushHub:
         queue_size: int = 1000,
         coalesce_ms: int = 100,
         timer: Timer | None = None,
+        delta_ms: int = 50,
     ) -> None:
         if buffer_size < 1 or queue_size < 1 or coalesce_ms < 0:
             raise ValueError("buffer_size and queue_size must be positive and coalesce_ms non-negative")
@@ -262,6 +268,7 @@ class PushHub:
         # the hub's own frames are unnumbered and each is also handed to the relay.
         self._relay: Callable[[str, dict[str, Any]], None] | None = None
         self._numbered = True
+        self._deltas = DeltaRelay(runtime.agents, self.publish_transient, window_ms=delta_ms, timer=self._timer)
 
     # ---------------------------------------------------------------- state
 
@@ -313,6 +320,8 @@ class PushHub:
         ]
         if rt.services.approvals is not None:
             self._unsubscribe.append(rt.services.approvals.subscribe(self._on_approval))
+        self._deltas.start()
+        self._unsubscribe.append(self._deltas.close)
 
     async def aclose(self) -> None:
         """Stop listening, send the coalesced frames still waiting, and end every stream after its queued frames."""
@@ -428,14 +437,27 @@ class PushHub:
         for subscription in targets:  # a copy: an overflowing subscription leaves the indexes
             subscription.offer(frame)
 
+    def publish_transient(self, frame: DeltaFrame) -> None:
+        """Offer a transient frame to the followers of its session: no id, never buffered or broadcast."""
+        if self._closed:
+            return
+        targets: dict[Subscription, None] = {}
+        for subject in frame.subjects():
+            followers = self._followers.get(subject)
+            if followers:
+                targets.update(followers)
+        for subscription in targets:
+            subscription.offer(frame)
+
     # ---------------------------------------------------------------- notification sources
 
     def _on_event(self, session: Session, event: SessionEvent) -> None:
-        if self._relay is not None:
-            return  # replica mode: the store feed builds `session/event` frames from committed rows
         try:
             if is_summarised(event):
-                self.publish("session/event", event_summary(session.id, event))
+                self._deltas.flush(session.id)  # the streamed text of a step goes out before its events
+                if self._relay is None:
+                    # (replica mode: the store feed builds `session/event` frames from committed rows)
+                    self.publish("session/event", event_summary(session.id, event))
         except Exception:
             _log.exception('push stream: session "%s" event %s was not forwarded', session.id, event.seq)
 

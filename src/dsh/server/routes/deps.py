@@ -22,6 +22,7 @@ from dsh.json import dumps
 from dsh.query.records import HistoryPage
 from dsh.runtime import Runtime
 from dsh.server.errors import STATUS, WireError, bad_request
+from dsh.server.markdown import assistant_text, render_markdown
 from dsh.server.models import MAX_PAGE, EmptyBody, ErrorBody
 from dsh.session.ids import id_problem
 
@@ -182,12 +183,23 @@ class ResumeLocks:
 
 
 def page_json(page: HistoryPage) -> dict[str, Any]:
-    """`HistoryPage.to_json()` with each event wrapped as `{event}` (the wire's `HistoryEntry`)."""
+    """`HistoryPage.to_json()` with each event wrapped as `{event, view?}` (the wire's `HistoryEntry`).
+
+    An `assistant/message` with text gets `view: {html}`: its text blocks rendered from markdown and
+    sanitized (`dsh.server.markdown`); the event itself stays exactly as stored.
+    """
     out = page.to_json()
     events = out["events"]
     assert isinstance(events, list)
-    out["events"] = [{"event": event} for event in events]
+    out["events"] = [_entry(event) for event in events]
     return out
+
+
+def _entry(event: Any) -> dict[str, Any]:
+    text = assistant_text(event) if isinstance(event, dict) else None
+    if text is None:
+        return {"event": event}
+    return {"event": event, "view": {"html": render_markdown(text)}}
 
 
 def _digits_only(value: object) -> object:

@@ -35,6 +35,7 @@ from dsh.server.models import (
     Accepted,
     CompactionOutcome,
     CreateSessionBody,
+    ForkBody,
     Health,
     HistoryPage,
     MessageAccepted,
@@ -417,6 +418,46 @@ async def resume_session(request: Request, session_id: SessionIdPath, rt: Rt, si
     await _fenced_header(rt, session_id, signal)
     agent = await _live_agent(request, rt, session_id, "session resume failed")
     return JsonBody(summary_json(agent.session.header, _status(rt, agent.id)))
+
+
+@router.post(
+    "/sessions/{id}/fork",
+    operation_id="forkSession",
+    status_code=201,
+    response_model=SessionCreated,
+    responses={
+        **error_responses(400, 401, 404, 409, 413, 415, 500, 503),
+        201: {"description": "Created", "headers": {"Location": {"schema": {"type": "string"}}}},
+    },
+)
+async def fork_session(
+    request: Request, session_id: SessionIdPath, rt: Rt, signal: Signal, body: ForkBody | None = None
+) -> JsonBody:
+    """A new top-level session seeded with this one's events (through `throughSeq`), with a live agent."""
+    await _fenced_header(rt, session_id, signal)
+    source = await _live_agent(request, rt, session_id, "session fork failed")
+    if signal.aborted:
+        raise cancelled("the fork")
+    through = body.through_seq if body is not None else None
+    try:
+        forked = rt.sessions.fork(source.session, boundary=through)
+    except DshError as error:
+        if error.code == "OPEN_TURN":
+            raise WireError(
+                "agent-busy",
+                f'session "{session_id}" has a turn running',
+                {"reason": "a fork keeps whole turns: fork once the turn has ended, or at an earlier seq"},
+            ) from None
+        if error.code == "INVALID_BOUNDARY":
+            raise bad_request(["body", "throughSeq"], "not an event seq of the session", "range") from None
+        raise agent_failure(session_id, error, "session fork failed") from None
+    try:
+        agent = await rt.resume_agent(forked.id)
+    except Exception as error:
+        raise agent_failure(forked.id, error, "session fork failed") from None
+    location = f"/api/v1/sessions/{quote(agent.id, safe='')}"
+    out = {"session": await _summary(rt, agent.session.header)}
+    return JsonBody(out, status_code=201, headers={"Location": location})
 
 
 @router.get(

@@ -133,7 +133,11 @@ async function prompt(path, text) {
 }
 
 export const api = {
-  listSessions: ({ limit = 50, cursor } = {}) => call("GET", "/api/v1/sessions", { query: { limit, cursor } }),
+  listSessions: ({ limit = 50, cursor, search } = {}) =>
+    call("GET", "/api/v1/sessions", { query: { limit, cursor, search: search || undefined } }),
+  forkSession: (id) => call("POST", `/api/v1/sessions/${seg(id)}/fork`),
+  listApprovals: () => call("GET", "/api/v1/approvals"),
+  decideApproval: (id, decision) => call("POST", `/api/v1/approvals/${seg(id)}`, { body: { decision } }),
   getSession: (id) => call("GET", `/api/v1/sessions/${seg(id)}`),
   resumeSession: (id) => call("POST", `/api/v1/sessions/${seg(id)}/resume`),
   promptSession: (id, text) => prompt(`/api/v1/sessions/${seg(id)}/prompt`, text),

@@ -5,12 +5,14 @@
 // applied once. Every text that comes from the server is inserted with textContent.
 
 import { adoptTokenFromUrl, api, forgetToken, onUnauthenticated, setToken, token } from "./api.js";
+import { ApprovalList } from "./approvals.js";
 import { ChildPanel } from "./child.js";
 import { ConversationView } from "./conversation.js";
 import { byId, say } from "./dom.js";
 import { SessionList } from "./sessions.js";
 import { PushStream } from "./stream.js";
 import { SubagentTree } from "./tree.js";
+import { usageTotals } from "./usage.js";
 
 const MAX_FILTER_IDS = 256;
 const SEEN_LIMIT = 4096;
@@ -32,7 +34,14 @@ const statuses = {
 };
 
 const sessions = new SessionList({ onSelect: (id) => selectSession(id) });
-const conversation = new ConversationView({ onProjections: applySnapshot });
+const conversation = new ConversationView({
+  onProjections: applySnapshot,
+  onForked: (summary) => {
+    sessions.upsert(summary);
+    selectSession(summary.id);
+  },
+});
+const approvals = new ApprovalList({ onOpenSession: (id) => openApprovalSession(id) });
 const tree = new SubagentTree({ onSelect: (entry) => openChild(entry), statuses });
 const child = new ChildPanel({
   onOpen: (entry) => {
@@ -76,6 +85,16 @@ async function selectSession(id) {
   refocus();
   await Promise.all([loading, tree.load(id)]);
   refocus();
+}
+
+/** An approval's session: the conversation when it is a top-level session, else the tree row of its child. */
+async function openApprovalSession(id) {
+  const row = tree.row(id);
+  if (row) {
+    openChild(row);
+    return;
+  }
+  if (id !== conversation.sessionId) await selectSession(id);
 }
 
 function openChild(entry) {
@@ -146,6 +165,7 @@ function onFrame(frame) {
       }
       tree.setActivity(sessionId, activityOf(status));
       child.setActivity(sessionId, activityOf(status));
+      if (status === "idle" && (sessions.get(sessionId) || sessionId === conversation.sessionId)) refreshSummary(sessionId);
       break;
     }
     case "subagent/start":
@@ -161,12 +181,45 @@ function onFrame(frame) {
       if (sessionId === child.sessionId) child.notify(seq);
       break;
     }
+    case "session/delta": {
+      // Transient (no id): streamed text of the open conversation or child.
+      const { sessionId } = data;
+      if (sessionId === conversation.sessionId) conversation.delta(data);
+      if (sessionId === child.sessionId) child.delta(data);
+      break;
+    }
     case "session/projection":
       applyProjection(data.sessionId, data.key, data.value, data.seq);
+      break;
+    case "approval/pending":
+      approvals.add(data.approval);
+      break;
+    case "approval/settled":
+      approvals.settled(data.id, data.outcome);
       break;
     default:
       break;
   }
+}
+
+// After a turn, the summary is fetched again: its token total carries the cost, which the live
+// `tokens` projection does not (prices are applied by the server's listing).
+const summaryTimers = new Map();
+function refreshSummary(id) {
+  if (summaryTimers.has(id)) return;
+  summaryTimers.set(
+    id,
+    setTimeout(async () => {
+      summaryTimers.delete(id);
+      try {
+        const summary = await api.getSession(id);
+        sessions.upsert(summary);
+        if (id === conversation.sessionId) conversation.update(summary);
+      } catch {
+        // a nicety: the figures shown stay as they are
+      }
+    }, 150),
+  );
 }
 
 function touchesTree(id) {
@@ -182,10 +235,14 @@ function applyProjection(sessionId, key, value, seq) {
   if (key === "title") {
     sessions.setTitle(sessionId, value);
     if (sessionId === conversation.sessionId) conversation.update({ id: sessionId, title: value || undefined });
-  } else if (key === "tokens") {
-    sessions.setTokens(sessionId, value);
   } else if (key === "subagentTiming" && sessionId === child.sessionId) {
     child.setTiming(value);
+  } else {
+    const totals = usageTotals({ [key]: value });
+    if (totals) {
+      sessions.setUsage(sessionId, totals);
+      if (sessionId === conversation.sessionId) conversation.setUsage(totals);
+    }
   }
 }
 
@@ -212,7 +269,7 @@ function scheduleRefetch() {
   if (refetchTimer) return;
   refetchTimer = setTimeout(async () => {
     refetchTimer = null;
-    await sessions.load();
+    await Promise.all([sessions.load(), approvals.load()]);
     if (conversation.sessionId) {
       sessions.select(conversation.sessionId);
       conversation.refresh();
@@ -309,7 +366,7 @@ async function start(initialSession) {
   byId("layout").hidden = false;
   broadcast.start();
   await whenLive(broadcast, 3000);
-  await sessions.load();
+  await Promise.all([sessions.load(), approvals.load()]);
   if (initialSession) await selectSession(initialSession);
 }
 

@@ -6,7 +6,7 @@
 // (observation only: nothing is resumed or granted).
 
 import { api, ApiError } from "./api.js";
-import { byId, el, formatDuration, submitOnCtrlEnter } from "./dom.js";
+import { byId, el, formatDuration, submitOnEnter } from "./dom.js";
 import { HistoryFeed } from "./feed.js";
 import { explainReason } from "./tree.js";
 
@@ -29,7 +29,7 @@ export class ChildPanel {
       event.preventDefault();
       this.send();
     });
-    submitOnCtrlEnter(this.text, this.form);
+    submitOnEnter(this.text, this.form);
     byId("child-interrupt").addEventListener("click", () => this.interrupt());
   }
 
@@ -73,6 +73,7 @@ export class ChildPanel {
     this.form.hidden = !continuable;
     this.feed = new HistoryFeed({
       scroll: this.body,
+      perspective: "child",
       fetchPage: (beforeSeq) => api.getSubagentHistory(parentId, entry.id, { mode: entry.mode, beforeSeq }),
       onPage: (page) => this.takeProjections(page),
       onError: (error) => this.showNotice(`The history could not be read: ${error.message}`),
@@ -86,6 +87,9 @@ export class ChildPanel {
   renderHeader() {
     const { entry } = this.current;
     const activity = entry.activity || "inactive";
+    // Interrupt only means something while the child runs a turn.
+    byId("child-interrupt").hidden = !(entry.mode === "continuable" && activity === "running");
+    byId("child-working").hidden = activity !== "running";
     const timing = this.timing ? formatDuration(workedMs(this.timing)) : "";
     this.header(
       entry.label || entry.id,
@@ -138,6 +142,11 @@ export class ChildPanel {
     if (this.feed) this.feed.notify(seq);
   }
 
+  /** A `session/delta` frame for the shown child: its answer as it is written. */
+  delta(data) {
+    if (this.feed && this.current && this.current.view === "child") this.feed.delta(data);
+  }
+
   /** The tree's row for the shown child changed (activity, or a new catalog). */
   updateEntry(entry) {
     if (!this.current || entry.id !== this.current.entry.id) return;
@@ -181,8 +190,9 @@ export class ChildPanel {
     this.showNotice(null);
     this.form.classList.add("busy");
     try {
-      await api.promptSubagent(parentId, entry.id, text);
+      const accepted = await api.promptSubagent(parentId, entry.id, text);
       this.text.value = "";
+      this.feed.pendingPrompt(text).accepted(accepted && accepted.messageId);
       this.feed.sync();
     } catch (error) {
       if (error instanceof ApiError && error.code === "subagent-parent-unavailable") {

@@ -76,12 +76,39 @@ export function formatDuration(ms) {
   return `${minutes} min ${String(seconds).padStart(2, "0")} s`;
 }
 
-/** Ctrl/Cmd+Enter in `textarea` submits `form`. */
-export function submitOnCtrlEnter(textarea, form) {
+/** Enter (or Ctrl/Cmd+Enter) in `textarea` submits `form`; Shift+Enter is a new line; IME composition is left alone. */
+export function submitOnEnter(textarea, form) {
   textarea.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-      event.preventDefault();
-      form.requestSubmit();
-    }
+    if (event.key !== "Enter" || event.isComposing || event.shiftKey || event.altKey) return;
+    event.preventDefault();
+    form.requestSubmit();
   });
+}
+
+const compact = new Intl.NumberFormat(undefined, { notation: "compact", maximumFractionDigits: 1 });
+
+/** A token count as `950`, `12.3K`, `1.2M`. */
+export function formatTokens(count) {
+  return typeof count === "number" && Number.isFinite(count) ? compact.format(count) : "";
+}
+
+/** A cost as `$0.0042` / `$1.23` (amount and currency code). */
+export function formatCost(amount, currency = "USD") {
+  if (typeof amount !== "number" || !Number.isFinite(amount)) return "";
+  const digits = amount !== 0 && Math.abs(amount) < 0.01 ? 4 : 2;
+  try {
+    return new Intl.NumberFormat(undefined, { style: "currency", currency, minimumFractionDigits: digits, maximumFractionDigits: digits }).format(amount);
+  } catch {
+    return `${amount.toFixed(digits)} ${currency}`;
+  }
+}
+
+/** A past time relative to now: `just now`, `5 min ago`, `3 h ago`, else the date. */
+export function formatAgo(ms) {
+  if (typeof ms !== "number" || !Number.isFinite(ms)) return "";
+  const delta = Date.now() - ms;
+  if (delta < 45_000) return "just now";
+  if (delta < 3_600_000) return `${Math.round(delta / 60_000)} min ago`;
+  if (delta < 86_400_000) return `${Math.round(delta / 3_600_000)} h ago`;
+  return formatDateTime(ms);
 }

@@ -12,16 +12,25 @@ export class HistoryFeed {
    * @param {{scroll: HTMLElement, fetchPage: (beforeSeq?: number) => Promise<object>, raw?: boolean,
    *          onPage?: (page: object) => void, onError?: (error: Error) => void}} options
    */
-  constructor({ scroll, fetchPage, raw = false, onPage = () => {}, onError = () => {} }) {
+  constructor({
+    scroll,
+    fetchPage,
+    raw = false,
+    perspective = "session",
+    onPage = () => {},
+    onShown = () => {},
+    onError = () => {},
+  }) {
     this.scroll = scroll;
     this.fetchPage = fetchPage;
     this.onPage = onPage;
+    this.onShown = onShown;
     this.onError = onError;
     this.earlier = el("button", { class: "secondary wide earlier", text: "Load earlier", attrs: { type: "button", hidden: "" } });
     this.list = el("ol", { class: "entries" });
     this.earlier.addEventListener("click", () => this.loadEarlier());
     scroll.replaceChildren(this.earlier, this.list);
-    this.transcript = new Transcript(this.list, { raw });
+    this.transcript = new Transcript(this.list, { raw, perspective });
     this.nextBeforeSeq = null;
     this.syncing = null;
     this.again = false;
@@ -46,14 +55,26 @@ export class HistoryFeed {
     this.earlier.hidden = this.nextBeforeSeq === null;
   }
 
+  /** True when every event of the session is shown (no earlier page). */
+  get complete() {
+    return this.nextBeforeSeq === null && !this.transcript.empty;
+  }
+
+  /** Events before `inheritedEventCount` belong to the session this one was forked from. */
+  own(page) {
+    if (typeof page.inheritedEventCount === "number") this.transcript.ownFrom = page.inheritedEventCount;
+  }
+
   /** Show the tail page (from scratch). */
   async load() {
     const page = await this.fetchPage();
     if (this.closed) return;
     this.transcript.reset();
+    this.own(page);
     this.transcript.append(events(page));
     this.setEarlier(page);
     this.onPage(page);
+    this.onShown();
     this.toBottom();
   }
 
@@ -64,14 +85,30 @@ export class HistoryFeed {
       const page = await this.fetchPage(this.nextBeforeSeq);
       if (this.closed) return;
       const height = this.scroll.scrollHeight;
+      this.own(page);
       this.transcript.prepend(events(page));
       this.setEarlier(page);
+      this.onShown();
       this.scroll.scrollTop += this.scroll.scrollHeight - height; // keep the reader's place
     } catch (error) {
       this.onError(error);
     } finally {
       this.earlier.disabled = false;
     }
+  }
+
+  /** A `session/delta` frame: streamed text of the session's current step. */
+  delta(data) {
+    const stick = this.nearBottom();
+    this.transcript.delta(data);
+    if (stick) this.toBottom();
+  }
+
+  /** Show a prompt the person just sent, before the log has it (see `Transcript.pendingPrompt`). */
+  pendingPrompt(text) {
+    const handle = this.transcript.pendingPrompt(text);
+    this.toBottom();
+    return handle;
   }
 
   /** A frame said event `seq` was appended. */
@@ -105,6 +142,7 @@ export class HistoryFeed {
     const page = await this.fetchPage();
     if (this.closed) return;
     const fresh = events(page);
+    this.own(page);
     const stick = this.nearBottom();
     const last = this.transcript.lastSeq;
     const first = fresh.length ? fresh[0].seq : null;
@@ -119,9 +157,13 @@ export class HistoryFeed {
       if (stick) this.toBottom();
     }
     this.onPage(page);
+    this.onShown();
   }
 }
 
+/** The page's events; an entry's presentation hint (`view`, e.g. rendered html) rides along as `event.view`. */
 function events(page) {
-  return (page.events || []).map((entry) => entry.event).filter((event) => event && typeof event.seq === "number");
+  return (page.events || [])
+    .filter((entry) => entry && entry.event && typeof entry.event.seq === "number")
+    .map((entry) => (entry.view && typeof entry.view === "object" ? { ...entry.event, view: entry.view } : entry.event));
 }

@@ -1,8 +1,19 @@
 // The session list (left pane): newest first, "Load more" pages with the server's cursor,
-// subagent sessions left out, a status dot and the title (or the id) per session.
+// subagent sessions left out; per session a status dot, the title (or the id), the last activity
+// and the token total when the server knows them. The search box filters the listed sessions by
+// title and id as you type.
 
 import { api } from "./api.js";
-import { byId, el, formatDateTime, say } from "./dom.js";
+import { byId, el, formatAgo, formatCost, formatDateTime, formatTokens, say } from "./dom.js";
+import { mergeTotals, usageTotals } from "./usage.js";
+
+/** When the session last did something: the server's figure when it has one, else its creation. */
+function lastActivity(summary) {
+  for (const key of ["lastActivityAt", "updatedAt", "lastEventAt"]) {
+    if (typeof summary[key] === "number" && Number.isFinite(summary[key])) return summary[key];
+  }
+  return typeof summary.activeAt === "number" ? summary.activeAt : summary.createdAt;
+}
 
 const STATUS_TEXT = { running: "running", idle: "idle", stored: "stored" };
 
@@ -15,7 +26,44 @@ export class SessionList {
     this.nodes = new Map(); // id -> <li>
     this.cursor = null;
     this.selected = null;
+    this.search = byId("session-search");
+    this.query = "";
     this.more.addEventListener("click", () => this.loadMore());
+    this.search.addEventListener("input", () => {
+      this.query = this.search.value.trim().toLowerCase();
+      this.applyFilter();
+    });
+    this.search.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        this.search.value = "";
+        this.query = "";
+        this.applyFilter();
+      }
+    });
+  }
+
+  matches(summary) {
+    if (!this.query) return true;
+    const haystack = `${summary.title || ""}\n${summary.id}`.toLowerCase();
+    return this.query.split(/\s+/).every((word) => haystack.includes(word));
+  }
+
+  /** Show only the sessions the search matches; say so when none does. */
+  applyFilter() {
+    let shown = 0;
+    for (const [id, node] of this.nodes) {
+      const visible = this.matches(this.items.get(id));
+      node.hidden = !visible;
+      if (visible) shown += 1;
+    }
+    const total = `${this.items.size}${this.cursor ? "+" : ""}`;
+    byId("sessions-count").textContent = this.items.size ? (this.query ? `${shown} of ${total}` : total) : "";
+    const none = byId("sessions-nomatch");
+    none.hidden = !(this.query && this.items.size > 0 && shown === 0);
+    none.textContent = this.cursor
+      ? `No listed session matches “${this.search.value.trim()}”. Load more to search older sessions.`
+      : `No session matches “${this.search.value.trim()}”.`;
+    return shown;
   }
 
   /** Load the first page again (keeps the selection). */
@@ -52,8 +100,7 @@ export class SessionList {
   refreshChrome() {
     this.more.hidden = !this.cursor;
     byId("sessions-empty").hidden = this.items.size > 0;
-    const count = this.items.size;
-    byId("sessions-count").textContent = count ? `${count}${this.cursor ? "+" : ""}` : "";
+    this.applyFilter();
   }
 
   get(id) {
@@ -65,7 +112,9 @@ export class SessionList {
     if (!summary || summary.origin === "subagent") return;
     const known = this.items.get(summary.id);
     if (known) {
-      this.update(summary.id, { ...known, ...summary, title: summary.title ?? known.title });
+      // A summary's own token figures (with the cost) replace totals learnt from projections.
+      const totals = summary.tokens ? undefined : known.totals;
+      this.update(summary.id, { ...known, ...summary, title: summary.title ?? known.title, totals });
       return;
     }
     // Newest first: insert before the first session created earlier than this one.
@@ -83,13 +132,13 @@ export class SessionList {
 
   setStatus(id, status) {
     const item = this.items.get(id);
-    if (item) this.update(id, { ...item, status: status === "closed" ? "stored" : status });
+    if (item) this.update(id, { ...item, status: status === "closed" ? "stored" : status, activeAt: Date.now() });
   }
 
-  /** A `tokens` projection value: the session's token total (null leaves the shown one). */
-  setTokens(id, tokens) {
+  /** Token and cost totals learnt from projections. */
+  setUsage(id, totals) {
     const item = this.items.get(id);
-    if (item && tokens && tokens.total) this.update(id, { ...item, tokens: { ...tokens.total } });
+    if (item && totals) this.update(id, { ...item, totals: mergeTotals(item.totals || usageTotals(item), totals) });
   }
 
   setTitle(id, title) {
@@ -120,11 +169,13 @@ export class SessionList {
     if (!old) return;
     const node = this.render(summary);
     this.nodes.set(id, node);
+    node.hidden = !this.matches(summary);
     old.replaceWith(node);
   }
 
   render(summary) {
     const status = STATUS_TEXT[summary.status] || "stored";
+    const totals = summary.totals || usageTotals(summary);
     const button = el(
       "button",
       {
@@ -143,18 +194,16 @@ export class SessionList {
           { class: "session-meta" },
           el("span", { text: status }),
           " · ",
-          el("span", { text: formatDateTime(summary.createdAt) }),
-          ...(summary.tokens ? [" · ", el("span", { class: "session-tokens", text: formatTokens(summary.tokens) })] : []),
+          el("time", { text: formatAgo(lastActivity(summary)), attrs: { title: `created ${formatDateTime(summary.createdAt)}` } }),
+          totals ? " · " : null,
+          totals ? el("span", { class: "session-tokens", text: `${formatTokens(totals.tokens)} tokens` }) : null,
+          totals && typeof totals.cost === "number" ? ` · ${formatCost(totals.cost, totals.currency)}` : null,
         ),
       ),
     );
-    return el("li", {}, button);
+    const node = el("li", {}, button);
+    node.hidden = !this.matches(summary);
+    return node;
   }
 }
 
-/** `12,345 tokens` (billed input plus output), with the cost when the server priced it. */
-export function formatTokens(tokens) {
-  const count = ["inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens"].reduce((sum, key) => sum + (tokens[key] || 0), 0);
-  const text = `${count.toLocaleString("en-US")} tokens`;
-  return typeof tokens.cost === "number" && tokens.currency === "USD" ? `${text} · $${tokens.cost.toFixed(4)}` : text;
-}

@@ -31,6 +31,7 @@ export class SubagentTree {
     this.parentId = null;
     this.entries = [];
     this.parentAvailable = false;
+    this.unlisted = 0;
     this.selected = null;
     this.activity = new Map(); // id -> activity patched from status frames
     this.loading = null;
@@ -78,6 +79,7 @@ export class SubagentTree {
           if (target !== this.parentId) continue;
           this.entries = catalog.entries || [];
           this.parentAvailable = Boolean(catalog.parentAvailable);
+          this.unlisted = typeof catalog.unlisted === "number" ? catalog.unlisted : 0;
           this.activity = this.statuses.since(stamp);
           say("tree-error", "");
           this.render();
@@ -168,6 +170,13 @@ export class SubagentTree {
     if (diagnostics) parts.push(`${diagnostics} unreadable`);
     parts.push(this.parentAvailable ? "parent live" : "parent not live");
     byId("tree-meta").textContent = rows.length ? parts.join(" · ") : "";
+    // Sessions of the store the listing could not read at all: no row can show them (whose child
+    // each one is cannot be known), so they are counted here, as `dsh agents` does on stderr.
+    const unlisted = byId("tree-unlisted");
+    unlisted.hidden = !this.unlisted;
+    unlisted.textContent = this.unlisted
+      ? `⚠ ${this.unlisted} stored ${this.unlisted === 1 ? "session" : "sessions"} could not be read and ${this.unlisted === 1 ? "is" : "are"} not listed; run dsh doctor for details.`
+      : "";
     if (this.selected) this.select(this.selected);
   }
 
