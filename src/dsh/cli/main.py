@@ -33,10 +33,12 @@ if TYPE_CHECKING:
 
 COMMAND_MODULES: Final = {
     "agents": "dsh.cli.agents",
+    "chat": "dsh.cli.chat",
     "config": "dsh.cli.configuration",
     "doctor": "dsh.cli.doctor",
     "history": "dsh.cli.history",
     "run": "dsh.cli.run",
+    "send": "dsh.cli.send",
     "serve": "dsh.cli.serve",
     "sessions": "dsh.cli.sessions",
 }
