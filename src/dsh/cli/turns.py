@@ -7,7 +7,9 @@ decision is the library's). `dsh run`, `dsh send` and `dsh chat` share it (docs/
   second step's text, starts on a fresh line after a blank one), and an answer to a subagent's
   notice is introduced by a line naming the subagent (`── main, on the notice from "Checker":`);
 * a subagent's answer is shown, introduced by its label, when its turn settles; one that settles
-  while the main answer is still streaming waits for that answer's end, so lines never interleave;
+  while a turn of the main agent runs waits for that turn's end, so a turn's lines never interleave
+  with others (and the order on the screen is the order a reader follows: the turn, then what
+  settled during it, then the replies to the notices);
 * tool calls go to stderr compactly: the tool, its key argument and a one-line result;
 * the spinner (stderr, a terminal only, never with `--json`) draws on a line of its own and erases
   only that line (`\\r ESC[2K`): it never moves the cursor up, so it can erase no output. It shows only
@@ -259,10 +261,10 @@ class TurnView:
         self.spinner = spinner
         self.main_id: str | None = None
         self.answers = 0
-        self._streaming = False
+        self._running = False
         self._step_text = False
         self._children: dict[str, _Child] = {}
-        self._held: list[tuple[str, str]] = []  # (header, text) of subagent answers waiting for the stream's end
+        self._held: list[tuple[str, str]] = []  # (header, text) of subagent answers waiting for the turn's end
         self._tool_names: dict[str, str] = {}
 
     # ---------------------------------------------------------------- listeners
@@ -277,7 +279,6 @@ class TurnView:
             self.spinner.stop()
         if not self._step_text:
             self._step_text = True
-            self._streaming = True
             if self.answers:
                 self.terminal.new_block()
             self.answers += 1
@@ -294,7 +295,9 @@ class TurnView:
     # ---------------------------------------------------------------- the main agent
 
     def _main_event(self, kind: str, data: Mapping[str, Any]) -> None:
-        if kind == "step/start":
+        if kind == "turn/start":
+            self._running = True
+        elif kind == "step/start":
             self._step_text = False
             if self.spinner is not None:
                 self.spinner.start()
@@ -307,9 +310,7 @@ class TurnView:
                 self.terminal.out(f"── main, on the notice from {label}:\n")
                 self.terminal.out_blank = True  # the answer follows the header directly
         elif kind == "assistant/message":
-            self._streaming = False
             self.terminal.end_line()
-            self._release_held()
         elif kind == "tool/call":
             name = str(data.get("name", ""))
             call_id = data.get("callId")
@@ -322,7 +323,7 @@ class TurnView:
         elif kind == "turn/end":
             if self.spinner is not None:
                 self.spinner.stop()
-            self._streaming = False
+            self._running = False
             self.terminal.end_line()
             self._release_held()
 
@@ -392,7 +393,7 @@ class TurnView:
             else:
                 header = f"── subagent {name} ended ({safe(how)}):"
             self._held.append((header, child.answer))
-            if not self._streaming:
+            if not self._running:
                 self._release_held()
 
     def _release_held(self) -> None:
