@@ -27,6 +27,7 @@ BENCHMARKS = [
     "catalog_load",
     "server_load",
     "startup",
+    "run_startup",
     "backends",
 ]
 
