@@ -120,7 +120,9 @@ def main() -> None:
     ms = {name: statistics.median(values) * 1e3 for name, values in wall.items()}
     cpu_ms = {name: statistics.median(values) * 1e3 for name, values in cpu.items()}
     rows = [[round_ + 1, *(wall[name][round_] * 1e3 for name in wall), ratios[round_]] for round_ in range(len(ratios))]
-    print_table(f"one-step dsh run, wall ms per fresh process ({ROUNDS} rotated rounds)", ["round", *wall, "run/baseline"], rows)
+    print_table(
+        f"one-step dsh run, wall ms per fresh process ({ROUNDS} rotated rounds)", ["round", *wall, "run/baseline"], rows
+    )
     print_table("medians", ["command", "wall ms", "cpu ms"], [[name, ms[name], cpu_ms[name]] for name in wall])
     row = target(
         "run",

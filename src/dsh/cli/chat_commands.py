@@ -6,14 +6,26 @@ Layer: CLI (thin: each command calls the library and prints what it returns; doc
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from dsh.cli.text import safe
 
 if TYPE_CHECKING:
-    from dsh.cli.chat import _Chat
+    from dsh.agent.loop import Agent
+    from dsh.cli.turns import Terminal
+    from dsh.runtime import Runtime
 
-__all__ = ["COMMANDS", "SlashCommands"]
+__all__ = ["COMMANDS", "ChatHost", "SlashCommands"]
+
+
+class ChatHost(Protocol):
+    """What the commands use of the chat: its runtime, its agent, the terminal, and the way out."""
+
+    rt: Runtime
+    agent: Agent
+    terminal: Terminal
+    leaving: bool
+
 
 COMMANDS: Final[Mapping[str, str]] = {
     "/help": "this list",
@@ -32,7 +44,7 @@ _HISTORY_DEFAULT: Final = 20
 class SlashCommands:
     """Runs a `/command` line of the chat."""
 
-    def __init__(self, chat: _Chat) -> None:
+    def __init__(self, chat: ChatHost) -> None:
         self.chat = chat
         self._table: dict[str, Callable[[str], Awaitable[None]]] = {
             "/help": self.help,
