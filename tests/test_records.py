@@ -39,6 +39,7 @@ from dsh.agent.model import (
 )
 from dsh.agent.models import ResolvedModelSettings
 from dsh.agent.tools import ToolContext, ToolHandle
+from dsh.cli.drive import Work
 from dsh.config import Config
 from dsh.config_files import LoadedConfig, Setting
 from dsh.demo.damage import Damage
@@ -191,6 +192,7 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
     ToolContext: (ToolContext(None, "call-1", STAND, STAND), {"call_id": "call-2"}),
     Damage: (Damage("s1", 5, 3, (3, 4), False), {"cache_evicted": True}),
     DemoHome: (DemoHome(Path("/tmp/home"), True), {"temporary": False}),
+    Work: (Work(Path("/w"), None, ["bash"], [], False), {"allow_all": True}),
     CatalogView: (CatalogView("live", [CHILD], {"c1": 1}, {"c1": 0}), {"title": "cold"}),
     Check: (Check("home", "ok", "exists"), {"status": "warn"}),
     DoctorReport: (DoctorReport("/h", (Check("home", "ok", "exists"),), (), 1), {"sessions": 2}),
