@@ -17,8 +17,8 @@ terminal (`dsh.cli.approve`); with `--json` or without a terminal it is refused 
 why, so an unattended run passes the `--allow` rules it needs (docs/cli.md#dsh-run).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the options from the annotations, and as
+# strings each would be evaluated again on every run (docs/architecture.md#import-cost).
 import asyncio
 import contextlib
 import signal
@@ -48,7 +48,7 @@ __all__ = ["run"]
 
 @dataclass(slots=True)
 class _Outcome:
-    result: TurnResult | None = None
+    result: "TurnResult | None" = None
     interrupted: bool = False
     timed_out: bool = False
 
@@ -56,11 +56,11 @@ class _Outcome:
 class _JsonLines:
     """`--json`: one line per event of the main session."""
 
-    def __init__(self, terminal: Terminal) -> None:
+    def __init__(self, terminal: "Terminal") -> None:
         self.terminal = terminal
         self.main_id: str | None = None
 
-    def event(self, session: Session, event: SessionEvent) -> None:
+    def event(self, session: "Session", event: "SessionEvent") -> None:
         if session.id != self.main_id:
             return
         line = event_line(session.id, event)
@@ -90,7 +90,7 @@ async def _drive(
     settle: bool,
     timeout: float | None,  # noqa: ASYNC109 - the turn is cancelled (not abandoned) when it expires
     work: Work,
-    terminal: Terminal,
+    terminal: "Terminal",
 ) -> tuple[_Outcome, str]:
     from dsh.agent.messages import UserSource
     from dsh.cli.turns import Spinner, TurnView

@@ -9,8 +9,8 @@ gets the settlement notice as its next turn, whose reply is shown labelled, as `
 with no continuation, is `NOT_RESUMABLE` (exit 8).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the options from the annotations, and as
+# strings each would be evaluated again on every run (docs/architecture.md#import-cost).
 import asyncio
 import contextlib
 import signal
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["send"]
 
 
-async def _parent_of(rt: Runtime, child_id: str) -> str:
+async def _parent_of(rt: "Runtime", child_id: str) -> str:
     """The parent session of a subagent, from the stored headers (no log read)."""
     from dsh.persistence.errors import SessionNotFoundError
     from dsh.subagent.errors import SubagentError
@@ -58,7 +58,7 @@ async def _deliver(
     script: Path | None,
     model_name: str | None,
     work: Work,
-    terminal: Terminal,
+    terminal: "Terminal",
     interactive: bool,
 ) -> tuple[str, bool]:
     from dsh.agent.messages import RelaySource, text
