@@ -234,3 +234,37 @@ def test_the_session_id_is_printed_and_continue_takes_it_up_again(tmp_path: Path
     _leave(second)
     (events,) = _checked(tmp_path).values()
     assert [event.data["turn"] for event in events if event.type == "turn/start"] == [1, 2]
+
+
+def test_a_subagents_question_while_the_prompt_waits_is_asked_and_the_chat_goes_on(tmp_path: Path) -> None:
+    """A background child's `bash` question takes the terminal from the idle prompt; after `y` it answers."""
+    delegate = {"description": "Checker", "prompt": "Check it.", "run_in_background": True}
+    bash = {"command": "echo child-bash", "description": "Say hi"}
+    script = write_script(
+        tmp_path,
+        {
+            "main": {
+                "steps": [{"toolCalls": [{"name": "agent", "arguments": delegate}]}, {"text": "STARTED_IT"}],
+                "on": [{"match": {"source": "subagent-settled"}, "text": "NOTICE_REPLY"}],
+            },
+            "Checker": {
+                "steps": [
+                    {"toolCalls": [{"name": "bash", "arguments": bash}]},
+                    {"match": {"lastToolResult": "child-bash"}, "text": "CHILD_RAN_IT"},
+                ]
+            },
+        },
+    )
+    child = _chat(tmp_path, script)
+    child.sendline("delegate")
+    child.expect("STARTED_IT")
+    child.expect(r"\[Checker\] bash needs approval:")
+    child.expect(r"Allow\? ")
+    child.sendline("y")
+    child.expect("CHILD_RAN_IT")
+    child.expect("NOTICE_REPLY")
+    child.expect(PROMPT)
+    _leave(child)
+    stored = _checked(tmp_path)
+    (child_events,) = [events for events in stored.values() if any(e.type == "subagent/descriptor" for e in events)]
+    assert [event.data["outcome"] for event in child_events if event.type == "approval/decided"] == ["allowed-once"]

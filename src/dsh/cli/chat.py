@@ -305,7 +305,7 @@ async def _converse(
             rt.sessions.on_event(view.event)
             agent.on_chunk(view.chunk)
             terminal.err(f"dsh chat · session {safe(agent.id)} · model {safe(agent.options.model)}")
-            terminal.err("Enter sends, Alt-Enter starts a new line, /help lists the commands, Ctrl-D leaves.")
+            terminal.err("Enter sends · Alt-Enter: new line · /help: commands · Ctrl-D: leave")
             chat = _Chat(
                 rt, agent, terminal=terminal, view=view, spinner=spinner, approver=approver, history=history_file()
             )
