@@ -24,6 +24,7 @@ BENCHMARKS = [
     "p7_listing",
     "p123_catalog",
     "agent_loop",
+    "compaction",
     "catalog_load",
     "server_load",
     "startup",

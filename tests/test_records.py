@@ -21,8 +21,10 @@ import pytest
 from pydantic import SecretStr
 
 import dsh
+from dsh.agent.accounting import ListedFacts
 from dsh.agent.approval import ApprovalDecision, ApprovalRequest, ApprovalRule, Permissions
 from dsh.agent.assembler import ToolCall
+from dsh.agent.compaction import CompactionResult, CompactionSettings
 from dsh.agent.loop import AgentOptions, InboxItem, TurnResult
 from dsh.agent.messages import NoticeSource, RelaySource, UserSource
 from dsh.agent.model import (
@@ -39,6 +41,7 @@ from dsh.agent.model import (
 )
 from dsh.agent.models import ResolvedModelSettings
 from dsh.agent.tools import ToolContext, ToolHandle
+from dsh.agent.usage import ModelPrice, TokenTotals
 from dsh.cli.drive import Work
 from dsh.config import Config
 from dsh.config_files import LoadedConfig, Setting
@@ -153,6 +156,11 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
     ApprovalDecision: (ApprovalDecision("allowed-once"), {"always": True}),
     ApprovalRequest: (ApprovalRequest("a1", "s1", "main", "bash", "ls", "$ ls", "ls", "c1", 0), {"label": "Checker"}),
     ApprovalRule: (ApprovalRule("bash", "ls *", "allow"), {"action": "deny"}),
+    CompactionResult: (CompactionResult("c1", 10, 11, 13, "summary", (1, 2, 3), 120), {"pruned": 2}),
+    CompactionSettings: (CompactionSettings(context_windows={"m": 8000}), {"threshold": 0.5}),
+    ListedFacts: (ListedFacts("A title", TokenTotals(10, 5, requests=1)), {"title": "Another"}),
+    ModelPrice: (ModelPrice(0.28, 0.028, 0.42), {"currency": "EUR"}),
+    TokenTotals: (TokenTotals(100, 20, 50, requests=2, cost=0.01, currency="USD"), {"output_tokens": 30}),
     LoadedConfig: (LoadedConfig(Config(database_url="memory:"), {"home": "default"}, ()), {"files": (Path("/c"),)}),
     Permissions: (Permissions(rules=(ApprovalRule("bash", "*", "ask"),)), {"policy": "never"}),
     SandboxSettings: (SandboxSettings(), {"network": True}),

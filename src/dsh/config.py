@@ -41,10 +41,13 @@ __all__ = [
     "ApprovalRuleConfig",
     "ApprovalsConfig",
     "CacheConfig",
+    "CompactionConfig",
     "Config",
     "ModelConfig",
+    "ModelPriceConfig",
     "PersistenceConfig",
     "PostgresConfig",
+    "PricesConfig",
     "RuleAction",
     "SandboxConfig",
     "SandboxMode",
@@ -201,6 +204,7 @@ class AgentConfig(_Section):
             in-process listeners only).
         cancel_grace_s: How long a cancelled tool body may run on before its task is cancelled.
         system_prompt: The system prompt of top-level agents, if any.
+        model_titles: Ask the model for a short session title in the background (docs/agent.md#titles).
     """
 
     max_steps: int = Field(default=50, ge=1, le=10_000)
@@ -210,6 +214,7 @@ class AgentConfig(_Section):
     instructions: str | None = None
     time_context: bool = True
     time_zone: str | None = None
+    model_titles: bool = False
 
     @field_validator("time_zone")
     @classmethod
@@ -222,6 +227,91 @@ class AgentConfig(_Section):
             except (ZoneInfoNotFoundError, ValueError):
                 raise ValueError(f"invalid agent.time_zone {value!r}: not a known IANA time zone") from None
         return value
+
+
+DEFAULT_CONTEXT_WINDOWS: Final[dict[str, int]] = {"deepseek-chat": 131_072, "deepseek-reasoner": 131_072}
+"""DeepSeek's context length (128K tokens) for its API models."""
+
+_PRUNE_MARKER_CHARS: Final = 39  # len(dsh.agent.compaction.PRUNE_MARKER)
+
+
+class CompactionConfig(_Section):
+    """When agents compact their context (docs/agent.md#compaction).
+
+    Attributes:
+        auto: Compact before a request that would fill more than `threshold` of the window.
+        threshold: The share of the model's context window a request may fill.
+        retain: The share of the window kept verbatim after the summary.
+        context_windows: Model name → context window in tokens, added to DeepSeek's defaults.
+        summary_max_tokens: The output limit of the summary request.
+        prune_threshold_chars: Tool results longer than this are pruned first.
+        prune_head_chars: Characters a pruned result keeps from its start.
+        prune_tail_chars: Characters it keeps from its end.
+    """
+
+    auto: bool = True
+    threshold: float = Field(default=0.8, gt=0, le=1)
+    retain: float = Field(default=0.16, gt=0, lt=1)
+    context_windows: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_CONTEXT_WINDOWS))
+    summary_max_tokens: int = Field(default=8192, ge=1, le=_MAX_INT32)
+    prune_threshold_chars: int = Field(default=8192, ge=1, le=_MAX_INT32)
+    prune_head_chars: int = Field(default=4096, ge=0, le=_MAX_INT32)
+    prune_tail_chars: int = Field(default=1024, ge=0, le=_MAX_INT32)
+
+    @field_validator("context_windows")
+    @classmethod
+    def _windows(cls, value: dict[str, int]) -> dict[str, int]:
+        for model, window in value.items():
+            if not model or window < 1:
+                raise ValueError(f"invalid compaction.context_windows: {model!r} needs a window of at least 1 token")
+        return {**DEFAULT_CONTEXT_WINDOWS, **value}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CompactionConfig:
+        if self.retain >= self.threshold:
+            raise ValueError(f"invalid compaction: retain ({self.retain}) must be below threshold ({self.threshold})")
+        kept = self.prune_head_chars + _PRUNE_MARKER_CHARS + self.prune_tail_chars
+        if kept > self.prune_threshold_chars:
+            raise ValueError(
+                f"invalid compaction: prune_head_chars + marker + prune_tail_chars ({kept}) "
+                f"must be at most prune_threshold_chars ({self.prune_threshold_chars})"
+            )
+        return self
+
+
+class ModelPriceConfig(_Section):
+    """One model's prices per million tokens (docs/agent.md#tokens-and-cost)."""
+
+    input: float = Field(ge=0)
+    cache_hit_input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_write_input: float | None = Field(default=None, ge=0)
+    currency: str = Field(default="USD", min_length=1)
+
+
+DEFAULT_PRICES: Final[dict[str, dict[str, Any]]] = {
+    # DeepSeek-V3.2 behind both API models: cache hit $0.028, cache miss $0.28, output $0.42 per 1M tokens.
+    "deepseek-chat": {"input": 0.28, "cache_hit_input": 0.028, "output": 0.42},
+    "deepseek-reasoner": {"input": 0.28, "cache_hit_input": 0.028, "output": 0.42},
+}
+
+
+class PricesConfig(_Section):
+    """The price table: model name → `ModelPriceConfig`, added to DeepSeek's defaults."""
+
+    models: dict[str, ModelPriceConfig] = Field(
+        default_factory=lambda: {name: ModelPriceConfig(**price) for name, price in DEFAULT_PRICES.items()}
+    )
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _with_defaults(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        out: dict[str, object] = {name: ModelPriceConfig(**price) for name, price in DEFAULT_PRICES.items()}
+        for name, price in value.items():
+            out[name] = ModelPriceConfig(**price) if isinstance(price, dict) else price
+        return out
 
 
 SandboxMode = Literal["read-only", "workspace-write", "danger-full-access"]
@@ -331,6 +421,8 @@ _SECTIONS: Final[dict[str, type[_Section]]] = {
     "approvals": ApprovalsConfig,
     "sandbox": SandboxConfig,
     "tools": ToolsConfig,
+    "compaction": CompactionConfig,
+    "prices": PricesConfig,
 }
 
 _FLAT: Final[dict[str, str]] = {"DSH_HOME": "home", "DSH_DATABASE_URL": "database_url"}
@@ -432,6 +524,8 @@ class Config(BaseSettings):
     approvals: ApprovalsConfig = Field(default_factory=ApprovalsConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    prices: PricesConfig = Field(default_factory=PricesConfig)
 
     def __init__(self, **values: Any) -> None:
         try:

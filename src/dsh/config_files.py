@@ -273,6 +273,8 @@ def _shown(value: object, key: str = "") -> object:
         return str(value)
     if isinstance(value, tuple):
         return [_shown(item) for item in value]
+    if isinstance(value, dict):
+        return {name: _shown(item) for name, item in value.items()}
     if hasattr(value, "model_dump"):
         return value.model_dump()
     return value

@@ -118,6 +118,7 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     AGENT_CLOSING                              a message was sent to an agent that is closing
     AGENT_MAX_STEPS                            a turn reached the step cap without a final answer
     AGENT_TURN_FAILED                          a turn failed on an unexpected error (a bug)
+    COMPACTION_FAILED                          a compaction's summary request failed; the session is unchanged
     PERSISTENCE_FLUSH_FAILED                   a turn stopped because its session could not be flushed
     SESSION_OWNED_BY_SUBAGENT                  a generic agent route refused a subagent-origin session
     DUPLICATE_TOOL                             a tool name is already registered

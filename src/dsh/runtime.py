@@ -52,7 +52,7 @@ from dsh.projection.errors import ProjectionError
 from dsh.projection.registry import ProjectionRegistry
 from dsh.query.service import SessionQuery
 from dsh.services import Services
-from dsh.session.header import HeaderInit
+from dsh.session.header import HeaderInit, SessionHeader
 from dsh.session.session import Session
 from dsh.session.store import SessionStore, wall_clock_ms
 from dsh.subagent.runtime import SubagentRuntime
@@ -62,11 +62,15 @@ if TYPE_CHECKING:
     # The agent loop, the tools (pydantic models) and the config (pydantic-settings) load when a
     # runtime is built or an agent starts, not when this module is imported
     # (docs/architecture.md#import-cost).
+    from dsh.abort import AbortSignal
+    from dsh.agent.accounting import ListedFacts
     from dsh.agent.approval import ApprovalBroker, Permissions
+    from dsh.agent.compaction import CompactionResult, CompactionSettings
     from dsh.agent.loop import Agent, AgentOptions, TurnResult
     from dsh.agent.messages import Source
     from dsh.agent.model import ModelClient
     from dsh.agent.tools import Tool, ToolRegistry
+    from dsh.agent.usage import ModelPrice, TokenTotals
     from dsh.config import Config
 
     ToolLike = Tool | Callable[..., object]
@@ -240,6 +244,7 @@ class Runtime:
         self.services = Services()
         self._opened = False
         self._closed = False
+        self._unit_disposers: list[Callable[[], None]] = []
         self._closing = False
 
     @classmethod
@@ -438,6 +443,10 @@ class Runtime:
         services.persistence = persistence
         registry = ProjectionRegistry(sessions)
         services.projections = registry
+        from dsh.agent.units import title_unit, tokens_unit
+
+        # Registered before the cache opens, so its checkpoints carry them (docs/projections.md#tokens-and-titles).
+        self._unit_disposers = [registry.register(title_unit()), registry.register(tokens_unit())]
         services.agents = AgentRegistry()
         services.subagents = SubagentRuntime(services, config=config.subagent, host=self)
         if self._use_cache:
@@ -526,6 +535,8 @@ class Runtime:
             await step(services.sessions.aclose)
         if services.projection_cache is not None:
             await step(services.projection_cache.aclose)
+        for dispose in self._unit_disposers:
+            await step(dispose)
         if services.subagents is not None:
             await step(services.subagents.release_units)
         if services.projections is not None:
@@ -562,11 +573,36 @@ class Runtime:
             "permissions": self.permissions,
             "time_context": settings.time_context,
             "time_zone": settings.time_zone,
+            "compaction": self.compaction_settings(),
+            "model_titles": settings.model_titles,
         }
         values.update(overrides)
         if "system_prompt" not in overrides:
             values["system_prompt"] = self.system_prompt(self.tools)
         return AgentOptions(**values)  # type: ignore[arg-type]
+
+    def compaction_settings(self) -> CompactionSettings:
+        """The agents' compaction settings, from `config.compaction` (docs/agent.md#compaction)."""
+        from dsh.agent.compaction import CompactionSettings
+
+        c = self.config.compaction
+        return CompactionSettings(
+            auto=c.auto,
+            threshold=c.threshold,
+            retain=c.retain,
+            context_windows=dict(c.context_windows),
+            summary_max_tokens=c.summary_max_tokens,
+            prune_threshold_chars=c.prune_threshold_chars,
+            prune_head_chars=c.prune_head_chars,
+            prune_tail_chars=c.prune_tail_chars,
+        )
+
+    @property
+    def prices(self) -> dict[str, ModelPrice]:
+        """The price table, model name → `ModelPrice`, from `config.prices` (DeepSeek's prices by default)."""
+        from dsh.agent.usage import price_table
+
+        return price_table(self.config.prices)
 
     def system_prompt(self, tools: ToolRegistry, instructions: str | None = None) -> str | None:
         """The system prompt of an agent with `tools` and its own `instructions` (docs/agent.md#instructions)."""
@@ -723,7 +759,54 @@ class Runtime:
 
             source = UserSource()
         message_id = await agent.send(prompt, source)
-        return await agent.turn_result(message_id)
+        result = await agent.turn_result(message_id)
+        return await self._with_tokens(agent, result)
+
+    async def _with_tokens(self, agent: Agent, result: TurnResult) -> TurnResult:
+        """`result` with the turn's and the session's priced token totals."""
+        from dsh.agent.usage import turn_totals
+
+        prices = self.prices
+        turn = turn_totals([(agent.options.model, result.usage)] if result.usage is not None else [], prices)
+        try:
+            session = await self.tokens(agent.id)
+        except Exception as error:  # the turn's result stands without the session total
+            _log.debug('session "%s": no token total: %s', agent.id, error)
+            session = None
+        return dataclasses.replace(result, tokens=turn, session_tokens=session)
+
+    async def compact(self, session_id: str, *, signal: AbortSignal | None = None) -> CompactionResult | None:
+        """Compact a top-level session now (its agent is resumed when it is not live); None when there is nothing
+        to summarise (docs/agent.md#compaction).
+
+        Raises:
+            AgentError: `COMPACTION_FAILED` (the session stays usable, the attempt is in its log),
+                `SESSION_OWNED_BY_SUBAGENT`, `AGENT_CLOSING`.
+            SessionPersistenceError: `SESSION_NOT_FOUND`, ... from the resume read.
+        """
+        agent = await self.resume_agent(session_id)
+        return await agent.compact(signal=signal)
+
+    async def tokens(self, session_id: str, *, tree: bool = False) -> TokenTotals:
+        """A session's token total, priced; with `tree`, summed over it and every subagent below it (the catalog).
+
+        Raises:
+            SessionPersistenceError: `SESSION_NOT_FOUND`, ... from a cold read.
+        """
+        from dsh.agent.accounting import session_tokens
+
+        prices = self.prices
+        total = await session_tokens(self.services, session_id, prices)
+        if tree:
+            for entry in await self.subagents.list_descendants(session_id):
+                total = total + await session_tokens(self.services, entry.entry.id, prices)
+        return total
+
+    async def listed_facts(self, header: SessionHeader) -> ListedFacts:
+        """The title and token total a list shows for `header`, with zero log reads (None where unknown)."""
+        from dsh.agent.accounting import listed_facts
+
+        return await listed_facts(self.services, header, self.prices)
 
     async def settle(self, timeout: float | None = 60) -> None:  # noqa: ASYNC109 - the documented signature
         """Wait until every agent is idle with nothing claimable in its inbox, and every settled

@@ -43,12 +43,13 @@ FIRST_STEP_PROLOGUE = [
     "approval/policy",
     "step/start",
     "user/message",
+    "session/title",
     "user/message",
     "request/header",
     "request/context",
 ]
-"""The event types a session's first turn opens with: the permissions in force, the prompt, the per-turn
-context message, the request header and the request context."""
+"""The event types a session's first turn opens with: the permissions in force, the prompt, the session's
+fallback title, the per-turn context message, the request header and the request context."""
 
 TOOL_STEP_THEN_ANSWER = [
     *FIRST_STEP_PROLOGUE,

@@ -55,9 +55,10 @@ async def test_a_text_reply_writes_the_turn_events_in_order(tmp_path: Path) -> N
         result = await rt.run("hi")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
     assert types_of(events) == [*FIRST_STEP_PROLOGUE, "assistant/message", "step/end", "turn/end"]
-    user, context, assistant = _data(events[5]), _data(events[6]), _data(events[9])
+    user, title, context, assistant = _data(events[5]), _data(events[6]), _data(events[7]), _data(events[10])
     assert events[5].surface_op == "append"
-    assert events[9].surface_op == "append"
+    assert events[10].surface_op == "append"
+    assert title == {"title": "hi", "messageSeqs": [5], "source": {"kind": "fallback"}}
     assert user["content"] == [{"type": "text", "text": "hi"}]
     assert user["source"] == {"kind": "user"}
     assert context["source"]["kind"] == "plugin"
@@ -68,8 +69,8 @@ async def test_a_text_reply_writes_the_turn_events_in_order(tmp_path: Path) -> N
     ]
     assert assistant["message"]["content"] == [{"type": "text", "text": "Hello there."}]
     assert assistant["usage"] == {"inputTokens": 10, "outputTokens": 5}
-    assert _data(events[7])["reason"] == "initial"
-    assert _data(events[8]) == {"provider": "scripted", "model": "scripted-test"}
+    assert _data(events[8])["reason"] == "initial"
+    assert _data(events[9]) == {"provider": "scripted", "model": "scripted-test"}
     assert _data(events[-1])["reason"] == {"kind": "completed"}
     assert (result.output, result.stop_reason) == ("Hello there.", "completed")
 
@@ -82,7 +83,7 @@ async def test_a_tool_step_answers_every_call_and_a_second_step_ends_the_turn(tm
         result = await rt.run("use the tool")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
     assert types_of(events) == TOOL_STEP_THEN_ANSWER
-    call, outcome = events[10], events[11]
+    call, outcome = events[11], events[12]
     assert _data(call)["name"] == "echo"
     assert _data(call)["arguments"] == '{"text":"ping"}'
     assert outcome.source_event_seqs == [call.seq]
@@ -92,7 +93,7 @@ async def test_a_tool_step_answers_every_call_and_a_second_step_ends_the_turn(tm
     assert _result_text(block) == "echo: ping"
     assert block["output"] == {"echo": "ping"}
     assert echo.calls == ["ping"]
-    assert _data(events[13]) == {"turn": 1, "step": 2}
+    assert _data(events[14]) == {"turn": 1, "step": 2}
     assert result.output == "done"
 
 

@@ -89,9 +89,9 @@ async def test_a_tool_turn_over_sse_goes_model_tool_model_answer(
         result = await rt.run("please echo")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
     assert types_of(events) == TOOL_STEP_THEN_ANSWER
-    assert _data(events[10])["arguments"] == '{"text": "split across chunks"}'
+    assert _data(events[11])["arguments"] == '{"text": "split across chunks"}'
     assert echo.calls == ["split across chunks"]
-    result_block = _data(events[11])["message"]["content"][0]
+    result_block = _data(events[12])["message"]["content"][0]
     assert result_block["isError"] is False
     second = openai_server.requests[1].body["messages"]
     assert second[-1] == {"role": "tool", "tool_call_id": "call_a", "content": "echo: split across chunks"}

@@ -174,7 +174,7 @@ def test_slash_commands_answer_and_an_unknown_one_is_named(tmp_path: Path) -> No
     child.expect("HELLO_BACK")
     child.expect(PROMPT)
     child.sendline("/tokens")
-    child.expect(r"tokens: input 10, output 5 \(1 requests?\)")
+    child.expect(r"tokens: 15 tokens \(in 10 · cached 0 · out 5\) \(1 requests\)")
     child.sendline("/model other-model")
     child.expect(r"model: other-model \(from the next turn\)")
     child.sendline("/history")
@@ -268,3 +268,35 @@ def test_a_subagents_question_while_the_prompt_waits_is_asked_and_the_chat_goes_
     stored = _checked(tmp_path)
     (child_events,) = [events for events in stored.values() if any(e.type == "subagent/descriptor" for e in events)]
     assert [event.data["outcome"] for event in child_events if event.type == "approval/decided"] == ["allowed-once"]
+
+
+def test_compact_summarises_the_conversation_and_the_chat_goes_on(tmp_path: Path) -> None:
+    """`/compact` after two exchanges writes one compaction (the model's summary); the next turn answers."""
+    script = write_script(
+        tmp_path,
+        {
+            "main": {"steps": [{"text": "FIRST_ANSWER"}, {"text": "SECOND_ANSWER"}, {"text": "AFTER_COMPACT"}]},
+            "compaction": {"on": [{"text": "## Goal\n- remember the two questions"}]},
+        },
+    )
+    child = _chat(tmp_path, script)
+    child.sendline("question one")
+    child.expect("FIRST_ANSWER")
+    child.expect(PROMPT)
+    child.sendline("question two")
+    child.expect("SECOND_ANSWER")
+    child.expect(PROMPT)
+    child.sendline("/compact")
+    child.expect(r"compacted \d+ messages \(about [\d,]+ tokens\) into a summary of [\d,]+ characters")
+    child.expect(PROMPT)
+    child.sendline("question three")
+    child.expect("AFTER_COMPACT")
+    child.expect(PROMPT)
+    _leave(child)
+    (events,) = _checked(tmp_path).values()
+    kinds = [event.type for event in events if event.type.startswith("compaction/")]
+    assert kinds[0] == "compaction/start"
+    assert kinds[-1] == "compaction/end"
+    assert "compaction/summary" in kinds
+    (end,) = [event for event in events if event.type == "compaction/end"]
+    assert "error" not in end.data  # type: ignore[operator]

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from dsh.cli.main import app
 from dsh.config import Config
 from dsh.runtime import Runtime
-from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeToolCall
+from dsh.testing.fake_openai import FakeOpenAIServer, FakeReply, FakeToolCall, fake_usage
 from tests.agent.helpers import FIRST_STEP_PROLOGUE, TOOL_STEP_THEN_ANSWER
 
 runner = CliRunner()
@@ -60,7 +60,7 @@ def test_run_completes_a_turn_on_the_openai_compatible_server(tmp_path: Path, op
     (session_id,) = asyncio.run(_session_ids(tmp_path))
     stored = asyncio.run(_events(tmp_path, session_id))
     assert [event.type for event in stored] == TOOL_STEP_THEN_ANSWER
-    assert stored[10].data["arguments"] == '{"scope": "children"}'  # type: ignore[index]
+    assert stored[11].data["arguments"] == '{"scope": "children"}'  # type: ignore[index]
     assert stored[-1].data["reason"] == {"kind": "completed"}  # type: ignore[index]
 
 
@@ -85,15 +85,29 @@ def test_the_key_never_reaches_output_logs_or_stored_events(
 def test_run_json_prints_only_json_lines_ending_with_the_result(
     tmp_path: Path, openai_server: FakeOpenAIServer
 ) -> None:
-    """With --json every stdout line is JSON: one per event (no chunks), then the result record."""
-    openai_server.enqueue(FakeReply(text="Fine.", chunks=3))
+    """With --json every stdout line is JSON: one per event (no chunks), then the result record with the tokens."""
+    openai_server.enqueue(FakeReply(text="Fine.", chunks=3, usage=fake_usage(120, 7, cached=100)))
     result = runner.invoke(app, ["--home", str(tmp_path), "run", "hi", "--json"], env=_model_env(openai_server))
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in result.stdout.splitlines()]
     *events, last = records
     assert [record["event"] for record in events] == [*FIRST_STEP_PROLOGUE, "assistant/message", "step/end", "turn/end"]
     assert {record["type"] for record in events} == {"event"}
-    assert last == {"type": "result", "sessionId": events[0]["sessionId"], "output": "Fine.", "stopReason": "completed"}
+    tokens = {
+        "inputTokens": 20,
+        "outputTokens": 7,
+        "cacheReadTokens": 100,
+        "cacheWriteTokens": 0,
+        "reasoningTokens": 0,
+        "requests": 1,
+    }  # `fake-chat` has no price: tokens only
+    assert last == {
+        "type": "result",
+        "sessionId": events[0]["sessionId"],
+        "output": "Fine.",
+        "stopReason": "completed",
+        "tokens": tokens,
+    }
     stored = asyncio.run(_events(tmp_path, last["sessionId"]))
     assert [event.type for event in stored] == [record["event"] for record in events]
 

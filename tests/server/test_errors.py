@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from dsh.agent.errors import ModelError
+from dsh.agent.errors import AgentError, ModelError
+from dsh.agent.loop import Agent
 from dsh.server.errors import LIBRARY_CODES, STATUS, WireError
 from dsh.subagent.errors import SubagentError
 from dsh.testing.jsonl_writer import JsonlLogWriter
@@ -78,6 +79,10 @@ async def test_every_wire_code_answers_the_status_of_the_table(served: Api, monk
     ):
         monkeypatch.setattr(rt.subagents, "followup", _raising(SubagentError("refused", code)))
         expect(await http.post(f"{sub}/{family.continuable}/prompt", json=PROMPT), wire)
+
+    # (the real failure of a summary request is tests/server/test_compaction_routes.py's)
+    monkeypatch.setattr(Agent, "compact", _raising(AgentError("no summary", code="COMPACTION_FAILED")))
+    expect(await http.post(f"/api/v1/sessions/{family.parent}/compact"), "compaction-failed")
 
     def no_model() -> Any:
         raise ModelError("no key", code="MODEL_NOT_CONFIGURED")

@@ -28,13 +28,16 @@ PlaywrightError = _playwright.Error
 async def test_the_token_url_opens_the_session_its_conversation_and_a_marked_diagnostic_row(
     chromium: str, demo_home: DemoHome, tmp_path: Path
 ) -> None:
-    """The fragment is removed, P is listed alone, its messages show, and the damaged child is a marked row."""
+    """The fragment is removed, P is listed alone with its title and token total, its messages show, and the
+    damaged child is a marked row."""
     async with serve_home(demo_home, ui_script()) as served, browser_session(chromium, tmp_path / "shots") as ui:
         page = ui.page
         await page.goto(served.token_url)
         sessions = page.locator("#session-list .session")
         await expect(sessions).to_have_count(1)
         await expect(sessions.first).to_have_attribute("data-id", demo_home.parent)
+        await expect(sessions.first.locator(".session-title")).to_have_text("Research the teapot with three")
+        await expect(sessions.first.locator(".session-tokens")).to_contain_text(re.compile(r"^[0-9,]+ tokens"))
         assert "token" not in page.url
         assert await page.evaluate("location.hash") == ""
         assert await page.evaluate("sessionStorage.getItem('dsh.token')") == served.server.token

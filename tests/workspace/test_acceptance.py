@@ -69,6 +69,7 @@ async def test_an_agent_reads_edits_runs_the_tests_and_answers(tmp_path: Path, p
     assert types[types.index("step/start") :] == [
         "step/start",
         "user/message",
+        "session/title",
         "user/message",
         "request/header",
         "request/context",

@@ -28,6 +28,7 @@ class AgentError(DshError):
             "AGENT_CLOSING",
             "AGENT_MAX_STEPS",
             "AGENT_TURN_FAILED",
+            "COMPACTION_FAILED",
             "PERSISTENCE_FLUSH_FAILED",
             "SESSION_OWNED_BY_SUBAGENT",
         }

@@ -25,14 +25,17 @@ import orjson
 
 from dsh.abort import AbortController, AbortSignal
 from dsh.agent import _gate
+from dsh.agent import titles as _titles
 from dsh.agent._context import HeaderLog, KnobLog, context_message, granted_rules, header_of
 from dsh.agent.assembler import MessageAssembler, ToolCall
+from dsh.agent.compaction import AgentCompactor, CompactionResult, CompactionSettings
 from dsh.agent.errors import AgentError, ModelError
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import Source, UserSource, source_json, text, text_of_blocks
 from dsh.agent.model import ModelChunk, ModelClient, ModelRequest, RequestMeta, Usage, chunk_to_json
 from dsh.agent.registry import AgentStatus, StatusListener
 from dsh.agent.tools import Tool, ToolContext, ToolRegistry
+from dsh.agent.usage import TokenTotals
 from dsh.json import is_json
 from dsh.session.events import SessionEvent
 from dsh.session.session import Session
@@ -81,6 +84,8 @@ class AgentOptions:
             None runs every call without a question.
         time_context: Give the model the current date and time (and the permissions) once per turn.
         time_zone: The IANA zone the time is given in (None: the prompt's `clientTimeZone`, else local).
+        compaction: When and how the agent compacts its context (None: only on request, with the defaults).
+        model_titles: Ask the model for a short session title in the background after the first message.
     """
 
     model: str
@@ -95,6 +100,8 @@ class AgentOptions:
     permissions: Permissions | None = None
     time_context: bool = False
     time_zone: str | None = None
+    compaction: CompactionSettings | None = None
+    model_titles: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,8 @@ class TurnResult:
             log holds each request's usage on its `assistant/message`, never a turn total.
         error: The `turn/end` error object when `stop_reason` is `error`.
         dropped: True when the item was dropped unclaimed (the agent closed); the other fields are empty.
+        tokens: The turn's priced token total (`Runtime.run` fills it in).
+        session_tokens: The session's priced token total after the turn (`Runtime.run` fills it in).
     """
 
     session_id: str
@@ -131,6 +140,8 @@ class TurnResult:
     usage: Usage | None = None
     error: Mapping[str, Any] | None = None
     dropped: bool = False
+    tokens: TokenTotals | None = None
+    session_tokens: TokenTotals | None = None
 
 
 @dataclass(slots=True)
@@ -218,6 +229,15 @@ class Agent:
         self._headers = HeaderLog()
         self._knobs = KnobLog()
         self._granted: list[ApprovalRule] | None = None  # the session's "always" grants, folded once
+        self._compactor = AgentCompactor(
+            options.compaction or CompactionSettings(auto=False),
+            session,
+            ids,
+            lambda: (self._model, self._options.model, self._options.system_prompt),
+        )
+        # Turns and manual compactions take turns: a compaction never runs inside someone else's turn.
+        self._exclusive = asyncio.Lock()
+        self._titles = _titles.TitleWriter(session, ids, lambda: (self._model, self._options.model))
         self.last_error: BaseException | None = None
         """The last flush failure (or unexpected turn failure), for callers that must know."""
 
@@ -397,6 +417,7 @@ class Agent:
         worker = self._worker
         if worker is not None:
             await asyncio.gather(worker, return_exceptions=True)
+        await self._titles.aclose()
         self._closed = True
         self._idle.set()
         agents = self._services.agents
@@ -404,6 +425,39 @@ class Agent:
             agents.unregister(self)
         if dispose_session:
             self._sessions.dispose(self._session)
+
+    def context_estimate(self) -> int:
+        """The estimated prompt tokens of this agent's next request, by the rule of docs/agent.md#compaction."""
+        return self._compactor.estimate(self._tools.schemas())
+
+    async def wait_title(self) -> None:
+        """Wait for the background model-written title, when one is being asked for."""
+        await self._titles.wait()
+
+    async def compact(self, *, signal: AbortSignal | None = None) -> CompactionResult | None:
+        """Compact the conversation now, between turns (docs/agent.md#compaction); None when nothing is worth it.
+
+        Raises:
+            AgentError: `AGENT_CLOSING`; `COMPACTION_FAILED` (the attempt is closed in the log, the
+                conversation unchanged, the agent usable); `PERSISTENCE_FLUSH_FAILED`.
+        """
+        async with self._exclusive:
+            if self._closing:
+                raise AgentError(f'agent "{self.id}" is closing', code="AGENT_CLOSING", session_id=self.id)
+            if self._last_turn is None:
+                self._last_turn = _highest_turn_number(self._session)
+            try:
+                signal = signal if signal is not None else AbortController().signal
+                return await self._compactor.now(self._tools.schemas(), self._last_turn, signal)
+            finally:
+                try:
+                    await self._sessions.flush(self._session)
+                except Exception as error:
+                    raise AgentError(
+                        f'agent "{self.id}": the compaction could not be flushed: {error}',
+                        code="PERSISTENCE_FLUSH_FAILED",
+                        session_id=self.id,
+                    ) from error
 
     # ---------------------------------------------------------------- the worker
 
@@ -421,7 +475,8 @@ class Agent:
                 item = self._inbox.popleft()
                 self._set_status("running")
                 try:
-                    result = await self._run_turn(item)
+                    async with self._exclusive:
+                        result = await self._run_turn(item)
                 finally:
                     self._set_status("idle")
                 self._resolve(item.message_id, result)
@@ -524,7 +579,7 @@ class Agent:
                 self._knobs.note(self._session, options.permissions)
             self._append("step/start", {"turn": turn.number, "step": step})
             if step == 1:
-                self._append(
+                message_event = self._append(
                     "user/message",
                     {
                         "id": item.message_id,
@@ -533,9 +588,14 @@ class Agent:
                         "source": dict(item.source),
                     },
                 )
+                # Subagents keep the fallback: a model-written title for every child would cost a request each.
+                model_titles = options.model_titles and options.subagent_depth is None
+                self._titles.first_message(item, message_event.seq, model_titles=model_titles)
                 if options.time_context:
                     self._append_context(turn.number, item)
             tools = self._tools.schemas()
+            # Prune or compact first when the request would cross the threshold (docs/agent.md#compaction).
+            await self._compactor.before_request(tools, turn.number, step, turn.signal)
             self._note_request_header(tools)
             self._note_request_context()
             try:
@@ -549,6 +609,7 @@ class Agent:
             assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
             if assembler.usage is not None:
                 usage = assembler.usage if usage is None else usage + assembler.usage
+                self._compactor.observe(tools, assembler.usage)
             if failure is not None or turn.cancelled():
                 # Keep what was streamed, marked interrupted, with no tool calls.
                 partial = assembler.partial()

@@ -33,7 +33,7 @@ COMMANDS: Final[Mapping[str, str]] = {
     "/history [N]": "the last N messages of the conversation (default 20)",
     "/compact": "summarise the conversation so far, so later turns send less",
     "/model [NAME]": "the model in use, or switch to NAME for the next turns",
-    "/tokens": "the tokens the session's requests used so far",
+    "/tokens": "the tokens the session and its subagents used so far, and their cost",
     "/exit": "leave (Ctrl-D does too)",
 }
 """Each command with its one-line help, in the order `/help` lists them."""
@@ -129,8 +129,23 @@ class SlashCommands:
             self.say(f"  {line}")
 
     async def compact(self, _: str) -> None:
-        """Summarise the conversation so far (the runtime's manual compaction)."""
-        self.chat.terminal.err("compaction is not available in this build")
+        """Summarise the conversation so far now (`Agent.compact`, docs/agent.md#compaction)."""
+        chat = self.chat
+        spinner = chat.terminal.spinner
+        if spinner is not None:
+            spinner.start("compacting…")
+        try:
+            result = await chat.agent.compact()
+        finally:
+            if spinner is not None:
+                spinner.stop()
+        if result is None:
+            self.say("nothing to compact yet")
+            return
+        self.say(
+            f"compacted {len(result.shadowed_seqs)} messages (about {result.shadowed_tokens:,} tokens) "
+            f"into a summary of {len(result.summary):,} characters"
+        )
 
     async def model(self, argument: str) -> None:
         """Show the model, or switch the next turns to another one."""
@@ -142,24 +157,13 @@ class SlashCommands:
             self.say(f"model: {safe(agent.options.model)}")
 
     async def tokens(self, _: str) -> None:
-        """The summed usage of every request the session's log records."""
-        total: dict[str, int] = {}
-        requests = 0
-        for event in self.chat.agent.session.events:
-            data = event.data
-            usage = data.get("usage") if event.type == "assistant/message" and isinstance(data, Mapping) else None
-            if isinstance(usage, Mapping):
-                requests += 1
-                for key, value in usage.items():
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        total[key] = total.get(key, 0) + value
-        if not requests:
+        """The session's token total, its subagents included, priced when every model has a price."""
+        chat = self.chat
+        total = await chat.rt.tokens(chat.agent.id, tree=True)
+        if not total.requests:
             self.say("tokens: no request reported its usage yet")
             return
-        parts = [f"input {total.get('inputTokens', 0)}", f"output {total.get('outputTokens', 0)}"]
-        if "cacheReadTokens" in total:
-            parts.append(f"cache read {total['cacheReadTokens']}")
-        self.say(f"tokens: {', '.join(parts)} ({requests} requests)")
+        self.say(f"tokens: {total.summary()} ({total.requests} requests)")
 
     async def exit(self, _: str) -> None:
         """Leave the chat."""

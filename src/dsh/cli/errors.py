@@ -37,7 +37,7 @@ def exit_code_for_code(code: str) -> int:
         return EXIT_CODES["not-found"]
     if code == "MODEL_NOT_CONFIGURED":
         return EXIT_CODES["configuration"]
-    if code.startswith(("MODEL_", "SCRIPT_")):
+    if code.startswith(("MODEL_", "SCRIPT_")) or code == "COMPACTION_FAILED":
         return EXIT_CODES["model"]
     if code == "CONFIG_INVALID" or code.endswith("_UNAVAILABLE"):
         return EXIT_CODES["configuration"]

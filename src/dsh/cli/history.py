@@ -26,6 +26,8 @@ from dsh.cli.text import json_text, safe
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from dsh.agent.model import Usage
+    from dsh.agent.usage import ModelPrice
     from dsh.query.records import HistoryPage
 
 __all__ = ["history", "render_page"]
@@ -58,10 +60,12 @@ def _text_of(content: object) -> str:
 
 
 class _Printer:
-    def __init__(self, console: Console, plain: bool) -> None:
+    def __init__(self, console: Console, plain: bool, prices: Mapping[str, ModelPrice] | None = None) -> None:
         self.console = console
         self.plain = plain
         self.calls: dict[str, str] = {}
+        self.prices = prices or {}
+        self.turn_usage: list[tuple[str, Usage]] | None = None  # None until this page shows a turn's start
 
     def line(self, label: str, body: str, style_key: str, *, indent: int = 2) -> None:
         """`label: body` with multi-line bodies aligned under the first line; every string escaped."""
@@ -83,8 +87,10 @@ class _Printer:
         data = event.get("data")
         data = data if isinstance(data, Mapping) else {}
         if kind == "turn/start":
+            self.turn_usage = []
             self.console.print(Text(f"turn {data.get('turn', '?')}", style="" if self.plain else _STYLES["turn"]))
         elif kind == "turn/end":
+            self.tokens()
             reason = data.get("reason")
             if isinstance(reason, Mapping) and reason.get("kind") != "completed":
                 parts = [str(reason.get("kind", "ended"))]
@@ -99,9 +105,19 @@ class _Printer:
             source = data.get("source")
             origin = source.get("kind") if isinstance(source, Mapping) else "user"
             label = _SOURCES.get(str(origin), str(origin))
+            if origin == "plugin" and isinstance(source, Mapping) and source.get("plugin") == "compact":
+                label = "summary"  # a compaction's summary (docs/agent.md#compaction)
             self.line(label, _text_of(data.get("content")), label if label in _STYLES else "user")
         elif kind == "assistant/message":
             self.assistant(data.get("message"))
+            from dsh.agent.usage import usage_of_event
+
+            usage = usage_of_event(event)
+            message = data.get("message")
+            source = message.get("source") if isinstance(message, Mapping) else None
+            model = source.get("model") if isinstance(source, Mapping) else None
+            if usage is not None and self.turn_usage is not None:
+                self.turn_usage.append((model if isinstance(model, str) else "", usage))
         elif kind == "tool/call":
             call_id = str(data.get("callId", ""))
             if call_id not in self.calls:
@@ -109,6 +125,14 @@ class _Printer:
                 self.line("calls", f"{data.get('name', 'tool')} {data.get('arguments', '')}", "call")
         elif kind == "tool/result":
             self.result(data.get("message"))
+
+    def tokens(self) -> None:
+        """The turn's token total, when this page shows the whole turn and the model reported usage."""
+        if self.turn_usage:
+            from dsh.agent.usage import turn_totals
+
+            self.line("tokens", turn_totals(self.turn_usage, self.prices).summary(), "turn")
+        self.turn_usage = None
 
     def assistant(self, message: object) -> None:
         if not isinstance(message, Mapping):
@@ -149,7 +173,14 @@ class _Printer:
         self.line(f"{name} {'error' if failed else 'result'}", text, "error" if failed else "result", indent=4)
 
 
-def render_page(console: Console, page: HistoryPage, *, more_hint: str | None, plain: bool = False) -> None:
+def render_page(
+    console: Console,
+    page: HistoryPage,
+    *,
+    more_hint: str | None,
+    plain: bool = False,
+    prices: Mapping[str, ModelPrice] | None = None,
+) -> None:
     """Print one page: a heading, the page's turns and messages, and where the older messages are."""
     from rich.text import Text
 
@@ -158,7 +189,7 @@ def render_page(console: Console, page: HistoryPage, *, more_hint: str | None, p
     where = "live" if page.live else "stored"
     heading = f"session {safe(page.session_id)} ({where}; {span})"
     console.print(Text(heading, style="" if plain else "bold"), soft_wrap=True)
-    printer = _Printer(console, plain)
+    printer = _Printer(console, plain, prices)
     first = events[0] if events else None
     data = first.get("data") if first is not None else None
     turn = data.get("turn") if isinstance(data, Mapping) else None
@@ -221,4 +252,7 @@ def history(
         typer.echo(json_text(page.to_json()))
         return
     hint = _hint(globals_, session_id, page.next_before_seq, limit) if page.next_before_seq is not None else None
-    render_page(globals_.console(plain=plain), page, more_hint=hint, plain=plain)
+    from dsh.agent.usage import price_table
+
+    prices = price_table(globals_.config().prices)
+    render_page(globals_.console(plain=plain), page, more_hint=hint, plain=plain, prices=prices)

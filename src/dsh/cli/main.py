@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 COMMAND_MODULES: Final = {
     "agents": "dsh.cli.agents",
     "chat": "dsh.cli.chat",
+    "compact": "dsh.cli.compact",
     "config": "dsh.cli.configuration",
     "doctor": "dsh.cli.doctor",
     "history": "dsh.cli.history",

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     # The agent loop loads when `dsh run` runs, not when the CLI registers its commands
     # (docs/architecture.md#import-cost).
     from dsh.agent.loop import TurnResult
+    from dsh.agent.usage import TokenTotals
     from dsh.cli.turns import Terminal
     from dsh.session.events import SessionEvent
     from dsh.session.session import Session
@@ -51,6 +52,7 @@ class _Outcome:
     result: "TurnResult | None" = None
     interrupted: bool = False
     timed_out: bool = False
+    tokens: "TokenTotals | None" = None  # the session's tree, subagents included
 
 
 class _JsonLines:
@@ -150,6 +152,9 @@ async def _drive(
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signal.SIGINT)
             terminal.end_line()
+            with contextlib.suppress(Exception):  # a total is a nicety: the answer stands without it
+                tokens = await rt.tokens(agent.id, tree=True)
+                outcome.tokens = tokens if tokens.requests else None  # a model that reported no usage
             return outcome, agent.id
     finally:
         await client.aclose()
@@ -225,8 +230,17 @@ def run(
         raise fail(ctx, error) from error
     result = outcome.result
     if as_json and result is not None:
-        record = {"type": "result", "sessionId": session_id, "output": result.output, "stopReason": result.stop_reason}
+        record: dict[str, object] = {
+            "type": "result",
+            "sessionId": session_id,
+            "output": result.output,
+            "stopReason": result.stop_reason,
+        }
+        if outcome.tokens is not None:
+            record["tokens"] = outcome.tokens.to_json()
         terminal.out(json_text(record, compact=True) + "\n")
+    elif outcome.tokens is not None:
+        typer.echo(safe(f"session {session_id}: {outcome.tokens.summary()}"), err=True)
     if outcome.interrupted or outcome.timed_out:
         reason = "interrupted" if outcome.interrupted else f"timed out after {timeout:g} s"
         typer.echo(f"{reason}: the turn ended aborted (session {session_id})", err=True)

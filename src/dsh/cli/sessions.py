@@ -18,6 +18,7 @@ import base64
 import binascii
 import datetime
 import json
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,13 +36,14 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
+    from dsh.agent.accounting import ListedFacts
     from dsh.query.records import SessionRecord
     from dsh.runtime import Runtime
 
 __all__ = ["DROP_ORDER", "TITLE_MIN_WIDTH", "decode_cursor", "encode_cursor", "sessions"]
 
 MAX_LIMIT: Final = 200
-DROP_ORDER: Final = ("STATUS", "CREATED", "CHILDREN")
+DROP_ORDER: Final = ("STATUS", "CREATED", "CHILDREN", "COST", "TOKENS")
 """Which columns are left out first when the table is wider than the console; ID and TITLE stay."""
 TITLE_MIN_WIDTH: Final = 16
 """TITLE wraps down to this width before a column is left out."""
@@ -86,22 +88,9 @@ class _Page:
     unreadable: int = 0
 
 
-async def _title(rt: Runtime, record: SessionRecord) -> str | None:
-    """A title only from a projection-cache hit, and only when a `title` unit is registered (no log read)."""
-    registry = rt.services.projections
-    if registry is None or "title" not in registry.view_keys() or rt.cache is None or record.header.is_seeded:
-        return None
-    from dsh.session.header import SessionLogOffset
-
-    try:
-        snapshot = await rt.cache.cached_snapshot(record.header, SessionLogOffset(0), ("title",))
-    except Exception:
-        return None  # a title is a nicety: any failure leaves it out
-    value = snapshot.get("title") if snapshot is not None else None
-    return value if isinstance(value, str) else None
-
-
-async def _list(rt: Runtime, *, include_subagents: bool, limit: int, after: tuple[int, str] | None) -> _Page:
+async def _list(
+    rt: Runtime, *, include_subagents: bool, limit: int, after: tuple[int, str] | None, search: str | None = None
+) -> _Page:
     from dsh.server.models import summary_json
 
     corpus = await rt.query.list_sessions()
@@ -111,7 +100,8 @@ async def _list(rt: Runtime, *, include_subagents: bool, limit: int, after: tupl
         if record.header.origin == "subagent" and record.header.parent_session is not None
     )
     page = _Page(unreadable=len(corpus.unreadable))
-    chosen: list[SessionRecord] = []
+    chosen: list[tuple[SessionRecord, ListedFacts]] = []
+    needle = search.casefold() if search is not None else None
     for record in corpus:
         header = record.header
         if not include_subagents and header.origin == "subagent":
@@ -119,13 +109,19 @@ async def _list(rt: Runtime, *, include_subagents: bool, limit: int, after: tupl
         if after is not None and (-header.created_at, header.id) <= (-after[0], after[1]):
             continue
         if len(chosen) == limit:
-            last = chosen[-1].header
+            last = chosen[-1][0].header
             page.next_cursor = encode_cursor(last.created_at, last.id)
             break
-        chosen.append(record)
-    for record in chosen:
+        # Titles and totals come from the projection cache (zero log reads); a session without a
+        # cached title never matches a search.
+        facts = await rt.listed_facts(header)
+        if needle is not None and (facts.title is None or needle not in facts.title.casefold()):
+            continue
+        chosen.append((record, facts))
+    for record, facts in chosen:
         status = rt.agents.status(record.id) or "stored"
-        item = summary_json(record.header, status, await _title(rt, record))
+        tokens = facts.tokens.to_json() if facts.tokens is not None else None
+        item = summary_json(record.header, status, facts.title, tokens)
         item["children"] = children.get(record.id, 0)
         page.items.append(item)
     return page
@@ -138,6 +134,21 @@ def _created(ms: int) -> str:
         return str(ms)
 
 
+def _token_count(tokens: dict[str, Any]) -> str:
+    """Billed input plus output, e.g. `12,345`."""
+    keys = ("inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens")
+    return f"{sum(int(tokens.get(key, 0)) for key in keys):,}"
+
+
+def _cost(tokens: dict[str, Any]) -> str:
+    """`$0.0123` (another currency by its code), or empty for an unpriced total."""
+    cost = tokens.get("cost")
+    if not isinstance(cost, int | float):
+        return ""
+    currency = tokens.get("currency")
+    return f"${cost:.4f}" if currency == "USD" else f"{cost:.4f} {currency}"
+
+
 def _table(console: Console, items: Sequence[dict[str, Any]], *, plain: bool) -> None:
     """ID, CREATED, STATUS, CHILDREN (and TITLE when a session has one), fitted to the console width."""
     from rich.cells import cell_len  # rich loads when a table is printed (docs/architecture.md#import-cost)
@@ -145,7 +156,13 @@ def _table(console: Console, items: Sequence[dict[str, Any]], *, plain: bool) ->
     from rich.text import Text
 
     titled = any("title" in item for item in items)
+    counted = any("tokens" in item for item in items)
+    priced = any("cost" in item.get("tokens", {}) for item in items)
     columns: dict[str, list[Text]] = {"ID": [], "CREATED": [], "STATUS": [], "CHILDREN": []}
+    if counted:
+        columns["TOKENS"] = []
+    if priced:
+        columns["COST"] = []
     if titled:
         columns["TITLE"] = []
     for item in items:
@@ -153,6 +170,11 @@ def _table(console: Console, items: Sequence[dict[str, Any]], *, plain: bool) ->
         columns["CREATED"].append(cell(_created(item["createdAt"])))
         columns["STATUS"].append(cell(item["status"]))
         columns["CHILDREN"].append(cell(str(item["children"])))
+        tokens = item.get("tokens")
+        if counted:
+            columns["TOKENS"].append(cell(_token_count(tokens) if tokens is not None else ""))
+        if priced:
+            columns["COST"].append(cell(_cost(tokens) if tokens is not None else ""))
         if titled:
             columns["TITLE"].append(cell(item.get("title", "")))
     natural = {
@@ -204,11 +226,15 @@ def sessions(
         str | None, typer.Option("--cursor", help="Continue after the page that printed this cursor.")
     ] = None,
     plain: Annotated[bool, typer.Option("--plain", help="Fixed-width output without colour.")] = False,
+    search: Annotated[
+        str | None, typer.Option("--search", help="Only sessions whose title contains this text (any case).")
+    ] = None,
 ) -> None:
     """List the stored sessions, newest first (read-only; no log is read).
 
-    Shows each session's id, creation time, status, title when known, and how many subagent
-    children it has. Subagent sessions are left out unless --all.
+    Shows each session's id, creation time, status, how many subagent children it has, and its
+    token total, cost and title when they are known without reading its log. Subagent sessions
+    are left out unless --all; --search keeps the sessions whose title contains the text.
 
     \b
     Example:
@@ -225,7 +251,7 @@ def sessions(
 
     async def run() -> _Page:
         async with Runtime.open(globals_.config(), read_only=True) as rt:
-            return await _list(rt, include_subagents=all_, limit=limit, after=after)
+            return await _list(rt, include_subagents=all_, limit=limit, after=after, search=search)
 
     def work() -> _Page:
         with spinner(globals_.console(stderr=True), "listing sessions…", enabled=not as_json):
@@ -244,6 +270,8 @@ def sessions(
             console.print(Text("(no sessions yet)" if cursor is None else "(no more sessions)"))
         if page.next_cursor is not None:
             words = [*globals_.command_words(), "sessions", *(["--all"] if all_ else [])]
+            if search is not None:
+                words += ["--search", shlex.quote(search)]
             if limit != 50:
                 words += ["--limit", str(limit)]
             words += ["--cursor", page.next_cursor]

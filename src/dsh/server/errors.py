@@ -43,6 +43,7 @@ STATUS: Final[Mapping[str, int]] = {
     "cancelled": 499,
     "internal": 500,
     "session-unreadable": 500,
+    "compaction-failed": 502,
     "model-unavailable": 503,
     "subagent-delivery-unavailable": 503,
 }
@@ -78,6 +79,7 @@ LIBRARY_CODES: Final[Mapping[str, str]] = {
     "SESSION_LEASE_HELD": "agent-busy",
     # the model
     "MODEL_NOT_CONFIGURED": "model-unavailable",
+    "COMPACTION_FAILED": "compaction-failed",
     # approvals
     "APPROVAL_NOT_FOUND": "approval-not-found",
     # subagent delivery

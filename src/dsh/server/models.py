@@ -9,6 +9,7 @@ describe them in `/openapi.json`. The limits are the ones docs/server.md#request
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, NotRequired
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -26,6 +27,8 @@ __all__ = [
     "ApprovalList",
     "ApprovalSummary",
     "CatalogEntry",
+    "CompactionOutcome",
+    "CompactionSummary",
     "CreateSessionBody",
     "EmptyBody",
     "ErrorBody",
@@ -39,6 +42,7 @@ __all__ = [
     "SessionSummary",
     "SubagentCatalog",
     "TextBlock",
+    "TokenSummary",
     "summary_json",
 ]
 
@@ -117,8 +121,22 @@ class Health(TypedDict):
     version: str
 
 
+class TokenSummary(TypedDict):
+    """A session's token total (docs/agent.md#tokens-and-cost); `cost` and `currency` only for priced models."""
+
+    inputTokens: int
+    outputTokens: int
+    cacheReadTokens: int
+    cacheWriteTokens: int
+    reasoningTokens: int
+    requests: int
+    cost: NotRequired[float]
+    currency: NotRequired[str]
+
+
 class SessionSummary(TypedDict):
-    """One session as lists show it: header facts, the agent registry's status and, when known, a title."""
+    """One session as lists show it: header facts, the agent registry's status and, when known without a log
+    read, its title and token total."""
 
     id: str
     createdAt: int
@@ -128,6 +146,27 @@ class SessionSummary(TypedDict):
     delegationDepth: int
     status: Literal["running", "idle", "stored"]
     title: NotRequired[str]
+    tokens: NotRequired[TokenSummary]
+
+
+class CompactionSummary(TypedDict):
+    """One compaction (docs/agent.md#compaction)."""
+
+    compactionId: str
+    startSeq: int
+    summarySeq: int
+    endSeq: int
+    summary: str
+    shadowedSeqs: list[int]
+    shadowedTokenCount: int
+    pruned: int
+
+
+class CompactionOutcome(TypedDict):
+    """`POST /api/v1/sessions/{id}/compact`: whether a compaction was written, and which."""
+
+    compacted: bool
+    compaction: NotRequired[CompactionSummary]
 
 
 class ApprovalSummary(TypedDict):
@@ -274,7 +313,9 @@ class ErrorBody(TypedDict):
     error: ErrorDetail
 
 
-def summary_json(header: _Header, status: str, title: str | None = None) -> dict[str, Any]:
+def summary_json(
+    header: _Header, status: str, title: str | None = None, tokens: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The wire `SessionSummary` of a header (absent optionals left out)."""
     out: dict[str, Any] = {"id": header.id, "createdAt": header.created_at}
     if header.parent_session is not None:
@@ -286,4 +327,6 @@ def summary_json(header: _Header, status: str, title: str | None = None) -> dict
     out["status"] = status
     if title is not None:
         out["title"] = title
+    if tokens is not None:
+        out["tokens"] = dict(tokens)
     return out

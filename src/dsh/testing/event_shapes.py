@@ -286,6 +286,83 @@ class _EndSeed(TypedDict):
     pass
 
 
+# ---------------------------------------------------------------- compaction and titles
+
+
+@with_config(_CLOSED)
+class _SeqRange(TypedDict):
+    start: int
+    end: int
+
+
+@with_config(_CLOSED)
+class _CompactionStart(TypedDict):
+    compactionId: str
+    sourceCommandId: NotRequired[str]
+    turn: int | None
+
+
+@with_config(_CLOSED)
+class _CompactionSummary(TypedDict):
+    compactionId: str
+    sourceCommandId: NotRequired[str]
+    summary: list[_TextBlock]
+    rawOutput: NotRequired[list[_Block]]
+    llmStreamCall: NotRequired[Literal[True]]
+    shadowedRange: _SeqRange
+    shadowedSeqs: list[int]
+    shadowedTokenCount: int
+    provider: str
+    model: str
+    maxTokens: NotRequired[int]
+    usage: NotRequired[_TokenUsage]
+
+
+@with_config(_CLOSED)
+class _CompactionEnd(TypedDict):
+    compactionId: str
+    sourceCommandId: NotRequired[str]
+    turn: int | None
+    error: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class _CompactionPrune(TypedDict):
+    shadowedRange: _SeqRange
+    shadowedSeqs: list[int]
+    shadowedTokenCount: int
+
+
+@with_config(_CLOSED)
+class _Route(TypedDict):
+    provider: str
+    model: str
+
+
+@with_config(_CLOSED)
+class _TitleSource(TypedDict):
+    kind: Literal["fallback", "provider", "user"]
+    provider: NotRequired[str]
+    model: NotRequired[_Route]
+
+
+@with_config(_CLOSED)
+class _SessionTitle(TypedDict):
+    title: str
+    messageSeqs: list[int]
+    source: _TitleSource
+
+
+@with_config(_CLOSED)
+class _TitleLlmRequest(TypedDict):
+    titleProvider: str
+    messageSeqs: list[int]
+    route: _Route
+    system: str
+    messages: list[_UserMessage]
+    maxTokens: int
+
+
 EVENT_SHAPES: Final[Mapping[str, Any]] = {
     "turn/start": _TurnStart,
     "turn/end": _TurnEnd,
@@ -305,6 +382,12 @@ EVENT_SHAPES: Final[Mapping[str, Any]] = {
     "permission/preset": _PermissionPreset,
     "subagent/descriptor": _SubagentDescriptor,
     "session/end-seed": _EndSeed,
+    "compaction/start": _CompactionStart,
+    "compaction/summary": _CompactionSummary,
+    "compaction/end": _CompactionEnd,
+    "compaction/prune": _CompactionPrune,
+    "session/title": _SessionTitle,
+    "session/title-llm-request": _TitleLlmRequest,
 }
 """Event type → the `TypedDict` of its data, for every harness type pydsh writes."""
 

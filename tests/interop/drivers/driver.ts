@@ -139,6 +139,20 @@ const OPERATIONS: Record<string, (harness: Harness, request: Request) => Promise
     }
     return null
   },
+  /**
+   * Resume a stored session and answer its model-visible surface: the current node seqs, each node's
+   * event type and the source of each `user/message` node (a compaction's checkpoint is one of them).
+   */
+  surface: async (harness, request) => {
+    const session = await resume(harness, field<string>(request, 'session') as SessionId)
+    const nodes = [...session.surface.nodes]
+    const kinds = nodes.map(seq => session.events[seq]?.type ?? null)
+    const sources = nodes.map(seq => {
+      const event = session.events[seq]
+      return event?.type === 'user/message' ? ((event.data as { source?: unknown }).source ?? null) : null
+    })
+    return { nodes, kinds, sources } as unknown as Json
+  },
   /** Resume a stored session (prepare, which repairs a crash tail), append the batches, flush. */
   resume: async (harness, request) => {
     const session = await resume(harness, field<string>(request, 'session') as SessionId)

@@ -145,6 +145,7 @@ _DESCRIPTIONS: Final[Mapping[int, str]] = {
     413: "Request body too large",
     415: "Request body is not JSON",
     500: "Internal error",
+    502: "The model did not produce a compaction summary",
     503: "Unavailable; retry later",
 }
 

@@ -32,6 +32,7 @@ from dsh.server.errors import LIBRARY_CODES, WireError, bad_request
 from dsh.server.models import (
     MAX_PAGE,
     Accepted,
+    CompactionOutcome,
     CreateSessionBody,
     Health,
     HistoryPage,
@@ -59,7 +60,7 @@ from dsh.server.routes.deps import (
     runtime,
     signal,
 )
-from dsh.session.header import SessionHeader, SessionId, SessionLogOffset
+from dsh.session.header import SessionHeader, SessionId
 
 __all__ = ["decode_cursor", "encode_cursor", "router"]
 
@@ -110,27 +111,11 @@ def _status(rt: Runtime, session_id: str) -> str:
     return rt.agents.status(session_id) or "stored"
 
 
-async def _title(rt: Runtime, record: SessionRecord) -> str | None:
-    """A title only from a live snapshot or a projection-cache hit, and only when a `title` unit is registered."""
-    registry = rt.services.projections
-    if registry is None or "title" not in registry.view_keys():
-        return None
-    try:
-        session = rt.sessions.get(record.id)
-        if session is not None:
-            value = registry.snapshot(session, ("title",)).get("title")
-        elif rt.cache is not None and not record.header.is_seeded:
-            snapshot = await rt.cache.cached_snapshot(record.header, SessionLogOffset(0), ("title",))
-            value = snapshot.get("title") if snapshot is not None else None
-        else:
-            return None
-    except Exception:
-        return None  # a title is a nicety: any failure leaves it out
-    return value if isinstance(value, str) else None
-
-
-async def _summary(rt: Runtime, record: SessionRecord) -> dict[str, Any]:
-    return summary_json(record.header, _status(rt, record.id), await _title(rt, record))
+async def _summary(rt: Runtime, header: SessionHeader) -> dict[str, Any]:
+    """The wire summary: title and token total only from a live snapshot or a projection-cache hit."""
+    facts = await rt.listed_facts(header)
+    tokens = facts.tokens.to_json() if facts.tokens is not None else None
+    return summary_json(header, _status(rt, header.id), facts.title, tokens)
 
 
 async def _corpus(rt: Runtime, signal: AbortSignal) -> list[SessionRecord]:
@@ -254,7 +239,7 @@ async def list_sessions(
             more = True
             break
         page.append(record)
-    items = [await _summary(rt, record) for record in page]
+    items = [await _summary(rt, record.header) for record in page]
     return JsonBody({"items": items, "nextCursor": encode_cursor(page[-1].header) if more else None})
 
 
@@ -306,7 +291,7 @@ async def get_session(session_id: SessionIdPath, rt: Rt, signal: Signal) -> Json
         if not found:
             raise _not_found(session_id)
         record = found[0]
-    return JsonBody(await _summary(rt, record))
+    return JsonBody(await _summary(rt, record.header))
 
 
 @router.post(
@@ -346,6 +331,29 @@ async def interrupt_session(session_id: SessionIdPath, rt: Rt) -> JsonBody:
     if agent is not None:
         agent.cancel("user", keep_inbox=True)
     return JsonBody({"accepted": True})
+
+
+@router.post(
+    "/sessions/{id}/compact",
+    operation_id="compactSession",
+    dependencies=[NO_BODY],
+    response_model=CompactionOutcome,
+    responses=error_responses(400, 401, 404, 409, 413, 415, 500, 502, 503),
+)
+async def compact_session(request: Request, session_id: SessionIdPath, rt: Rt, signal: Signal) -> JsonBody:
+    """Compact the session's conversation now (after a running turn); a stored session is resumed first."""
+    await _fenced_header(rt, session_id, signal)
+    agent = await _live_agent(request, rt, session_id, "session compaction failed")
+    try:
+        result = await agent.compact(signal=signal)
+    except DshError as error:
+        if error.code == "COMPACTION_FAILED":
+            raise WireError("compaction-failed", str(error), {"sessionId": session_id}) from None
+        raise agent_failure(session_id, error, "session compaction failed") from None
+    body: dict[str, Any] = {"compacted": result is not None}
+    if result is not None:
+        body["compaction"] = result.to_json()
+    return JsonBody(body)
 
 
 @router.post(

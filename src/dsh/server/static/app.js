@@ -182,6 +182,8 @@ function applyProjection(sessionId, key, value, seq) {
   if (key === "title") {
     sessions.setTitle(sessionId, value);
     if (sessionId === conversation.sessionId) conversation.update({ id: sessionId, title: value || undefined });
+  } else if (key === "tokens") {
+    sessions.setTokens(sessionId, value);
   } else if (key === "subagentTiming" && sessionId === child.sessionId) {
     child.setTiming(value);
   }

@@ -86,6 +86,12 @@ export class SessionList {
     if (item) this.update(id, { ...item, status: status === "closed" ? "stored" : status });
   }
 
+  /** A `tokens` projection value: the session's token total (null leaves the shown one). */
+  setTokens(id, tokens) {
+    const item = this.items.get(id);
+    if (item && tokens && tokens.total) this.update(id, { ...item, tokens: { ...tokens.total } });
+  }
+
   setTitle(id, title) {
     const item = this.items.get(id);
     if (item) this.update(id, { ...item, title: typeof title === "string" && title ? title : undefined });
@@ -132,9 +138,23 @@ export class SessionList {
         "span",
         { class: "session-text" },
         el("span", { class: summary.title ? "session-title" : "session-title mono", text: summary.title || summary.id }),
-        el("span", { class: "session-meta" }, el("span", { text: status }), " · ", el("span", { text: formatDateTime(summary.createdAt) })),
+        el(
+          "span",
+          { class: "session-meta" },
+          el("span", { text: status }),
+          " · ",
+          el("span", { text: formatDateTime(summary.createdAt) }),
+          ...(summary.tokens ? [" · ", el("span", { class: "session-tokens", text: formatTokens(summary.tokens) })] : []),
+        ),
       ),
     );
     return el("li", {}, button);
   }
+}
+
+/** `12,345 tokens` (billed input plus output), with the cost when the server priced it. */
+export function formatTokens(tokens) {
+  const count = ["inputTokens", "cacheReadTokens", "cacheWriteTokens", "outputTokens"].reduce((sum, key) => sum + (tokens[key] || 0), 0);
+  const text = `${count.toLocaleString("en-US")} tokens`;
+  return typeof tokens.cost === "number" && tokens.currency === "USD" ? `${text} · $${tokens.cost.toFixed(4)}` : text;
 }
