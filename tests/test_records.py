@@ -34,6 +34,7 @@ from dsh.agent.model import (
     ModelRequest,
     ReasoningDelta,
     RequestMeta,
+    RetryPolicy,
     TextDelta,
     ToolCallDelta,
     Usage,
@@ -82,6 +83,7 @@ from dsh.testing.fake_openai import FakeReply, FakeToolCall, RecordedRequest
 from dsh.testing.faulty import AppendRecord
 from dsh.testing.server import LiveServer
 from dsh.testing.upstream_logs import UpstreamLog
+from dsh.tools.mcp import McpServerReport, McpToolInfo
 from dsh.tools.workspace import SandboxSettings
 from tests.helpers import exported_classes
 
@@ -198,6 +200,12 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
         {"model": "n"},
     ),
     ToolContext: (ToolContext(None, "call-1", STAND, STAND), {"call_id": "call-2"}),
+    RetryPolicy: (RetryPolicy(max_retries=3), {"max_retries": 5}),
+    McpToolInfo: (McpToolInfo("read", "mcp__files__read", "Read a file."), {"description": "Read."}),
+    McpServerReport: (
+        McpServerReport("files", "stdio", "srv --stdio", enabled=True, started=False, error="exited"),
+        {"started": True, "error": None},
+    ),
     Damage: (Damage("s1", 5, 3, (3, 4), False), {"cache_evicted": True}),
     DemoHome: (DemoHome(Path("/tmp/home"), True), {"temporary": False}),
     Work: (Work(Path("/w"), None, ["bash"], [], False), {"allow_all": True}),

@@ -43,6 +43,8 @@ __all__ = [
     "CacheConfig",
     "CompactionConfig",
     "Config",
+    "McpConfig",
+    "McpServerConfig",
     "ModelConfig",
     "ModelPriceConfig",
     "PersistenceConfig",
@@ -180,7 +182,10 @@ class ModelConfig(_Section):
         provider: The provider name recorded on assistant messages (`DSH_MODEL_PROVIDER`); None
             derives it from the host.
         timeout_s: The read timeout of one request in seconds (`DSH_MODEL_TIMEOUT_S`).
-        max_retries: Retries of a request that failed before its first byte (`DSH_MODEL_MAX_RETRIES`).
+        max_retries: Retries of a failed request (`DSH_MODEL_MAX_RETRIES`): the client's before the
+            first byte, and the agent loop's for a stream that broke after it (docs/agent.md#retries).
+        chunk_timeout_s: The longest wait for the next chunk of an open stream
+            (`DSH_MODEL_CHUNK_TIMEOUT_S`); past it the stream counts as broken and is retried.
         max_tokens: The default output limit of one request (`DSH_MODEL_MAX_TOKENS`); None leaves it
             to the endpoint.
     """
@@ -192,6 +197,7 @@ class ModelConfig(_Section):
     provider: str | None = None
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=2, ge=0, le=100)
+    chunk_timeout_s: float = Field(default=60.0, gt=0)
     max_tokens: int | None = Field(default=None, ge=1, le=_MAX_INT32)
 
 
@@ -205,6 +211,8 @@ class AgentConfig(_Section):
         cancel_grace_s: How long a cancelled tool body may run on before its task is cancelled.
         system_prompt: The system prompt of top-level agents, if any.
         model_titles: Ask the model for a short session title in the background (docs/agent.md#titles).
+        structured_output_attempts: Invalid `structured_output` calls and plain answers an agent with
+            an output schema may make before its turn ends `STRUCTURED_OUTPUT_MISSING`.
     """
 
     max_steps: int = Field(default=50, ge=1, le=10_000)
@@ -215,6 +223,7 @@ class AgentConfig(_Section):
     time_context: bool = True
     time_zone: str | None = None
     model_titles: bool = False
+    structured_output_attempts: int = Field(default=3, ge=1, le=100)
 
     @field_validator("time_zone")
     @classmethod
@@ -393,6 +402,79 @@ class ToolsConfig(_Section):
     grep_max_matches: int = Field(default=250, ge=1, le=100_000)
 
 
+_MCP_SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+class McpServerConfig(_Section):
+    """One MCP server whose tools the agents get (docs/tools.md#mcp-servers).
+
+    Exactly one of `command` (a stdio server this process starts) and `url` (a streamable HTTP
+    server) is set. Values of `env` and `headers` may name environment variables as `${NAME}`; they
+    are read when the server is started, so a secret stays out of the file.
+
+    Attributes:
+        command: The executable of a stdio server.
+        args: Its arguments.
+        env: Variables set for it, on top of a minimal inherited environment (PATH, HOME ...).
+        cwd: Its working folder.
+        url: The endpoint of a streamable HTTP server.
+        headers: Request headers of an HTTP server (`Authorization = "Bearer ${MCP_TOKEN}"`).
+        approval: How a call of any of its tools is approved: `ask` (the default), `allow` or `deny`.
+        tool_approvals: The same per tool, by the server's own tool name; beats `approval`.
+        startup_timeout_s: How long starting the server and listing its tools may take.
+        call_timeout_s: How long one tool call may take before the server counts as hung.
+        enabled: False keeps the entry without starting the server.
+    """
+
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    approval: RuleAction = "ask"
+    tool_approvals: dict[str, RuleAction] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    call_timeout_s: float = Field(default=60.0, gt=0, le=86_400)
+    enabled: bool = True
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _arg_list(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of command (stdio) and url (streamable HTTP)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"an MCP server url must be http(s), got {self.url!r}")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "streamable-http"]:
+        """`stdio` or `streamable-http`."""
+        return "stdio" if self.command is not None else "streamable-http"
+
+
+class McpConfig(_Section):
+    """MCP servers by name (`[mcp.servers.<name>]`, docs/tools.md#mcp-servers).
+
+    A name is 1 to 32 letters, digits, `_` or `-`; the server's tools are offered as
+    `mcp__<name>__<tool>`.
+    """
+
+    servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @field_validator("servers")
+    @classmethod
+    def _names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _MCP_SERVER_NAME.fullmatch(name):
+                raise ValueError(f"invalid MCP server name {name!r}: use 1-32 letters, digits, _ or -")
+        return value
+
+
 def default_home() -> Path:
     """`~/.local/share/dsh`."""
     return Path.home() / ".local" / "share" / "dsh"
@@ -423,6 +505,7 @@ _SECTIONS: Final[dict[str, type[_Section]]] = {
     "tools": ToolsConfig,
     "compaction": CompactionConfig,
     "prices": PricesConfig,
+    "mcp": McpConfig,
 }
 
 _FLAT: Final[dict[str, str]] = {"DSH_HOME": "home", "DSH_DATABASE_URL": "database_url"}
@@ -434,6 +517,7 @@ _FLAT_SECTION_FIELDS: Final[dict[str, tuple[str, str]]] = {
     "DSH_MODEL_PROVIDER": ("model", "provider"),
     "DSH_MODEL_TIMEOUT_S": ("model", "timeout_s"),
     "DSH_MODEL_MAX_RETRIES": ("model", "max_retries"),
+    "DSH_MODEL_CHUNK_TIMEOUT_S": ("model", "chunk_timeout_s"),
     "DSH_MODEL_MAX_TOKENS": ("model", "max_tokens"),
     "DEEPSEEK_API_KEY": ("model", "deepseek_api_key"),
     "DSH_SERVE_MAX_BODY_BYTES": ("server", "max_body_bytes"),
@@ -526,6 +610,7 @@ class Config(BaseSettings):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     prices: PricesConfig = Field(default_factory=PricesConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
 
     def __init__(self, **values: Any) -> None:
         try:

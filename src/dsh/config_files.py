@@ -274,9 +274,14 @@ def _shown(value: object, key: str = "") -> object:
     if isinstance(value, tuple):
         return [_shown(item) for item in value]
     if isinstance(value, dict):
-        return {name: _shown(item) for name, item in value.items()}
+        return {name: _shown(item, "mcp.server" if key == "mcp.servers" else "") for name, item in value.items()}
     if hasattr(value, "model_dump"):
-        return value.model_dump()
+        dumped = value.model_dump(mode="json")
+        if key == "mcp.server":
+            # Header and environment values may hold a secret written in place: show only the names.
+            for field in ("headers", "env"):
+                dumped[field] = dict.fromkeys(dumped.get(field, {}), _MASK)
+        return dumped
     return value
 
 

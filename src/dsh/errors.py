@@ -121,6 +121,7 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     COMPACTION_FAILED                          a compaction's summary request failed; the session is unchanged
     PERSISTENCE_FLUSH_FAILED                   a turn stopped because its session could not be flushed
     SESSION_OWNED_BY_SUBAGENT                  a generic agent route refused a subagent-origin session
+    STRUCTURED_OUTPUT_MISSING                  a turn with an output schema spent its attempts without a valid result
     DUPLICATE_TOOL                             a tool name is already registered
     TOOL_INVALID                               a function cannot be made a tool (hints, parameters, name)
     PATH_OUTSIDE_WORKSPACE                     a workspace tool's path resolves outside the workspace root
@@ -133,6 +134,9 @@ Codes (each listed once; the meaning is the one failure kind the code names):
     SEARCH_FAILED                              a glob or grep search could not run (bad pattern, ripgrep failure)
     SANDBOX_DENIED                             the sandbox mode forbids the change (read-only mode)
     SANDBOX_UNAVAILABLE                        bubblewrap cannot run and the sandbox settings refuse to run unconfined
+    STRUCTURED_OUTPUT_INVALID                  structured_output arguments do not match the output schema
+    MCP_SERVER_UNAVAILABLE                     an MCP server failed to start, died or timed out
+    MCP_CALL_FAILED                            an MCP server answered a tool call with an error
     APPROVAL_RULE_DENIED                       a deny rule matched a tool call, which did not run
     APPROVAL_REJECTED                          the approval of a tool call was refused (by a person or the never policy)
     APPROVAL_UNAVAILABLE                       a tool call needed approval and no one could give it

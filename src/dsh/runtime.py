@@ -33,10 +33,10 @@ import dataclasses
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import unquote, urlparse
 
 from dsh.agent.errors import AgentError
@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from dsh.agent.tools import Tool, ToolRegistry
     from dsh.agent.usage import ModelPrice, TokenTotals
     from dsh.config import Config
+    from dsh.tools.mcp import McpHub
 
     ToolLike = Tool | Callable[..., object]
     """A tool, or a type-hinted function `dsh.tool` makes one of."""
@@ -239,6 +240,7 @@ class Runtime:
         self._permissions = permissions
         self._agents_md: str | None = None
         self._tools: ToolRegistry | None = None
+        self._mcp: McpHub | None = None
         if self._extra_tools or self.workspace is not None:
             self._tools = self._build_tools()  # a name clash raises here, at open
         self.services = Services()
@@ -332,6 +334,8 @@ class Runtime:
             from dsh.tools.workspace import workspace_tools
 
             tools += workspace_tools(self.workspace, tools=self.config.tools, sandbox=self.config.sandbox)
+        if self._mcp is not None:
+            tools += self._mcp.tools()
         return ToolRegistry([*tools, *self._extra_tools])
 
     @property
@@ -411,7 +415,10 @@ class Runtime:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> Self:
-        """Build and open every service."""
+        """Build and open every service, then start the configured MCP servers (docs/tools.md#mcp-servers).
+
+        A server that does not start is logged (WARNING) and offers no tools; the runtime still opens.
+        """
         if self._opened:
             return self
         self._opened = True
@@ -452,6 +459,13 @@ class Runtime:
         if self._use_cache:
             services.projection_cache = await self._open_cache(registry, sessions, persistence)
         services.query = SessionQuery(sessions, persistence, projections=registry)
+        if not self.read_only and any(server.enabled for server in config.mcp.servers.values()):
+            # Before any agent exists, so the servers' tools are part of every first request.
+            from dsh.tools.mcp import McpHub
+
+            self._mcp = McpHub(config.mcp)
+            await self._mcp.start()
+            self._tools = self._build_tools()
         return self
 
     async def _open_cache_storage(self, persistence: PersistenceCoordinator) -> CacheStorage | None:
@@ -531,6 +545,8 @@ class Runtime:
             await step(services.subagents.aclose)
         if services.agents is not None:
             await step(self._close_agents)
+        if self._mcp is not None:
+            await step(self._mcp.aclose)
         if services.sessions is not None:
             await step(services.sessions.aclose)
         if services.projection_cache is not None:
@@ -575,6 +591,7 @@ class Runtime:
             "time_zone": settings.time_zone,
             "compaction": self.compaction_settings(),
             "model_titles": settings.model_titles,
+            "structured_output_attempts": settings.structured_output_attempts,
         }
         values.update(overrides)
         if "system_prompt" not in overrides:
@@ -747,19 +764,48 @@ class Runtime:
             raise
 
     async def run(
-        self, prompt: str, session_id: str | None = None, *, source: Source | None = None, cwd: str | None = None
+        self,
+        prompt: str,
+        session_id: str | None = None,
+        *,
+        source: Source | None = None,
+        cwd: str | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> TurnResult:
-        """Send `prompt` to a new top-level agent (or the agent of `session_id`) and return its turn's result."""
+        """Send `prompt` to a new top-level agent (or the agent of `session_id`) and return its turn's result.
+
+        With `output_schema` (an object-rooted JSON Schema) the agent must finish by calling the
+        `structured_output` tool with an object the schema accepts; `TurnResult.structured` is that
+        object (docs/agent.md#structured-output).
+
+        Raises:
+            ValueError: `output_schema` is not an object-rooted JSON Schema.
+        """
+        structured = None
+        extra: list[Tool] = []
+        if output_schema is not None:
+            from dsh.agent.structured import STRUCTURED_OUTPUT_INSTRUCTION, StructuredOutput
+
+            structured = StructuredOutput(output_schema, max_attempts=self.config.agent.structured_output_attempts)
+            extra.append(structured)
+        instructions = STRUCTURED_OUTPUT_INSTRUCTION if structured is not None else None
         if session_id is None:
-            agent = await self.create_agent(cwd=cwd)
+            agent = await self.create_agent(cwd=cwd, tools=extra or None, instructions=instructions)
         else:
-            agent = await self.resume_agent(session_id)
+            agent = await self.resume_agent(session_id, tools=extra or None, instructions=instructions)
+        unbind = structured.bind(agent) if structured is not None else None
         if source is None:
             from dsh.agent.messages import UserSource
 
             source = UserSource()
-        message_id = await agent.send(prompt, source)
-        result = await agent.turn_result(message_id)
+        try:
+            message_id = await agent.send(prompt, source)
+            result = await agent.turn_result(message_id)
+        finally:
+            if unbind is not None:
+                unbind()
+        if structured is not None and structured.captured:
+            result = dataclasses.replace(result, structured=structured.value)
         return await self._with_tokens(agent, result)
 
     async def _with_tokens(self, agent: Agent, result: TurnResult) -> TurnResult:

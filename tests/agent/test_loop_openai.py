@@ -155,9 +155,10 @@ async def test_http_failures_map_to_model_codes_and_retries(tmp_path: Path, open
 async def test_a_broken_stream_keeps_the_partial_text_as_interrupted(
     tmp_path: Path, openai_server: FakeOpenAIServer
 ) -> None:
-    """A disconnect after three chunks ends the turn MODEL_UNAVAILABLE; the partial text is kept only as interrupted."""
+    """With no retry left, a disconnect after three chunks ends the turn MODEL_UNAVAILABLE; the partial text is
+    kept only as interrupted."""
     openai_server.enqueue(FakeReply(text="one two three four five six", chunks=6, disconnect_after=3))
-    async with _runtime(tmp_path, openai_server) as rt:
+    async with _runtime(tmp_path, openai_server, max_retries=0) as rt:
         result = await rt.run("talk")
         events = list(rt.sessions.get(result.session_id).events)  # type: ignore[union-attr]
     messages = [_data(e) for e in events if e.type == "assistant/message"]

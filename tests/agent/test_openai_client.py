@@ -113,7 +113,8 @@ async def test_request_carries_model_tools_usage_option_and_bearer_key(server: F
 
 
 async def test_messages_are_mapped_to_chat_roles(server: FakeOpenAIServer) -> None:
-    """System leads; assistant text and calls map to `content`/`tool_calls`; reasoning is dropped; results are tool."""
+    """System leads; assistant text and calls map to `content`/`tool_calls`, with the reasoning of a round that
+    called tools as `reasoning_content`; results are tool messages."""
     call = {"type": "tool-call", "id": "call_7", "name": "read_file", "arguments": '{"path": "a.txt"}'}
     history = [
         user("read a.txt"),
@@ -134,6 +135,7 @@ async def test_messages_are_mapped_to_chat_roles(server: FakeOpenAIServer) -> No
         {
             "role": "assistant",
             "content": "Reading.",
+            "reasoning_content": "I should read it.",
             "tool_calls": [
                 {
                     "id": "call_7",
@@ -147,6 +149,27 @@ async def test_messages_are_mapped_to_chat_roles(server: FakeOpenAIServer) -> No
     ]
     assert "tools" not in body
     assert body["max_tokens"] == 64
+
+
+async def test_reasoning_goes_back_only_for_rounds_that_called_tools(server: FakeOpenAIServer) -> None:
+    """DeepSeek's thinking-mode rule: reasoning of a round without tool calls is left out, every assistant
+    message of a round with tool calls (its final answer included) sends its `reasoning_content` back."""
+    call = {"type": "tool-call", "id": "c1", "name": "read_file", "arguments": "{}"}
+    history = [
+        user("hi"),
+        assistant({"type": "reasoning", "text": "greet"}, {"type": "text", "text": "Hello."}),
+        user("read it", message_id="u2"),
+        assistant({"type": "reasoning", "text": "need the file"}, call, message_id="a2"),
+        tool_result("c1", "body"),
+        assistant({"type": "reasoning", "text": "summarise"}, {"type": "text", "text": "Done."}, message_id="a3"),
+        user("thanks", message_id="u3"),
+    ]
+    server.enqueue(FakeReply(text="ok"))
+    client = client_for(server)
+    await collect(client, request(*history))
+    await client.aclose()
+    sent = [m for m in server.requests[0].body["messages"] if m["role"] == "assistant"]
+    assert [m.get("reasoning_content") for m in sent] == [None, "need the file", "summarise"]
 
 
 async def test_assistant_calls_without_text_send_null_content(server: FakeOpenAIServer) -> None:

@@ -328,8 +328,11 @@ async def test_a_fork_run_inherits_the_completed_turns(tmp_path: Path) -> None:
 
 
 async def test_persona_schema_model_and_filter_compose_the_child(tmp_path: Path) -> None:
-    """A one-shot child gets persona and schema note in its system prompt, the model override and filtered tools."""
-    model = RecordingModel(scripted({"composed": [{"text": '{"ok": true}'}]}))
+    """A one-shot child gets persona and the structured-output instruction in its system prompt, the schema as the
+    `structured_output` tool's parameters, the model override and filtered tools; its valid call is the result."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    call = {"toolCalls": [{"name": "structured_output", "arguments": {"ok": True}}]}
+    model = RecordingModel(scripted({"composed": [call]}))
     async with ops_runtime(tmp_path, model) as rt:
         parent = await rt.create_agent()
         request = SubagentRequest(
@@ -337,15 +340,19 @@ async def test_persona_schema_model_and_filter_compose_the_child(tmp_path: Path)
             prompt="answer",
             label="composed",
             persona="Be exact.",
-            output_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            output_schema=schema,
             model="m-child",
             tool_filter=ToolFilter(deny=("agent",)),
         )
         run = await rt.subagents.start("spawn", request)
-        await asyncio.wait_for(run.result, HANG_GUARD_S)
+        result = await asyncio.wait_for(run.result, HANG_GUARD_S)
+        assert "structured_output" not in rt.tools  # the runtime's shared registry never gets it
     (sent,) = model.for_key("composed")
     assert sent.system is not None
     assert "Be exact." in sent.system
-    assert '"ok":{"type":"boolean"}' in sent.system
+    assert "`structured_output` tool" in sent.system
+    offered = {tool["name"]: tool for tool in sent.tools}
+    assert offered["structured_output"]["parameters"] == schema
     assert sent.model == "m-child"
-    assert "agent" not in [tool["name"] for tool in sent.tools]
+    assert "agent" not in offered
+    assert (result.stop_reason, result.structured) == ("completed", {"ok": True})

@@ -109,7 +109,8 @@ async def test_foreground_child_without_an_answer_renders_no_output(tmp_path: Pa
 
 
 async def test_foreground_child_that_fails_is_an_errored_result_with_its_partial_answer(tmp_path: Path) -> None:
-    """A child that does not complete gives `Error: subagent <id> stopped before finishing (...)` + partial text."""
+    """A child that does not complete gives `Error: subagent <id> stopped before finishing (<reason>): <its error>`
+    + partial text."""
     model = scripted(
         {
             "main": {"steps": [_agent_call("Flaky look", "Look."), {"text": "DONE"}]},
@@ -127,7 +128,7 @@ async def test_foreground_child_that_fails_is_an_errored_result_with_its_partial
     text = result_text_of(data)
     assert text.startswith("Error: subagent ")
     first, _, rest = text.partition("\n")
-    assert first.endswith(" stopped before finishing (error)")
+    assert first.endswith(" stopped before finishing (error): down")
     assert rest == "half an answer"
     model.assert_consumed()
 

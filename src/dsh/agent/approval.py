@@ -10,7 +10,8 @@ file tool, the compact JSON arguments of any other tool):
 * a matching `deny` rule refuses the call, whatever else matches;
 * otherwise the first matching `allow` or `ask` rule decides, in the order command-line flags,
   grants made during this session ("always"), configured rules;
-* otherwise the defaults: `write`, `edit` and `bash` ask, every other tool is allowed;
+* otherwise the defaults: `write`, `edit`, `bash` and every MCP tool (`mcp__...`) ask, every other
+  tool is allowed;
 * `allow_all` turns every remaining `ask` into `allow`.
 
 An `ask` under the `never` policy is rejected without asking anyone. Otherwise the question goes to
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from dsh.abort import AbortSignal
 from dsh.agent.errors import ApprovalError
+from dsh.agent.mcp_names import MCP_TOOL_PREFIX, mcp_tool_name
 from dsh.config import ApprovalPolicy, RuleAction, SandboxMode
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalRule",
     "Permissions",
+    "mcp_rules",
     "suggested_pattern",
 ]
 
@@ -65,7 +68,8 @@ ApprovalOutcome = Literal["allowed-once", "rejected", "cancelled", "unavailable"
 APPROVAL_OUTCOMES: Final[tuple[ApprovalOutcome, ...]] = get_args(ApprovalOutcome)
 
 DEFAULT_ASK_TOOLS: Final = frozenset({"bash", "edit", "write"})
-"""The tools that ask by default; every other tool is allowed unless a rule says otherwise."""
+"""The tools that ask by default, besides every MCP tool; the others are allowed unless a rule says otherwise."""
+
 
 PRESETS: Final[dict[str, tuple[SandboxMode, ApprovalPolicy]]] = {
     "workspace-write": ("workspace-write", "ask"),
@@ -146,11 +150,13 @@ class Permissions:
         flags = [ApprovalRule.parse(spec, "deny") for spec in deny] + [
             ApprovalRule.parse(spec, "allow") for spec in allow
         ]
+        rules = [ApprovalRule(rule.tool, rule.pattern, rule.action) for rule in config.approvals.rules]
+        rules += mcp_rules(config)
         return cls(
             policy=config.approvals.policy,
             sandbox=config.sandbox.mode,
             flag_rules=tuple(flags),
-            rules=tuple(ApprovalRule(rule.tool, rule.pattern, rule.action) for rule in config.approvals.rules),
+            rules=tuple(rules),
             allow_all=config.approvals.allow_all if allow_all is None else allow_all,
         )
 
@@ -177,13 +183,27 @@ class Permissions:
         for rule in ordered:
             if rule.matches(tool, subject):
                 return ("allow" if self.allow_all else rule.action), rule
-        if tool in DEFAULT_ASK_TOOLS and not self.allow_all:
+        if (tool in DEFAULT_ASK_TOOLS or tool.startswith(MCP_TOOL_PREFIX)) and not self.allow_all:
             return "ask", None
         return "allow", None
 
     def for_child(self) -> Permissions:
         """A subagent's permissions: these, marked delegated. Grants of the parent's session stay there."""
         return dataclasses.replace(self, delegated=True)
+
+
+def mcp_rules(config: Config) -> list[ApprovalRule]:
+    """The rules an MCP server's `tool_approvals` and `approval` settings make, tool rules first.
+
+    They rank after the configured `approvals.rules`. A server left at `ask` needs no rule: every
+    `mcp__` tool asks by default (docs/tools.md#mcp-servers).
+    """
+    out: list[ApprovalRule] = []
+    for name, server in config.mcp.servers.items():
+        out += [ApprovalRule(mcp_tool_name(name, tool), "*", action) for tool, action in server.tool_approvals.items()]
+        if server.approval != "ask":
+            out.append(ApprovalRule(glob.escape(f"{MCP_TOOL_PREFIX}{name}__") + "*", "*", server.approval))
+    return out
 
 
 def suggested_pattern(subject: str) -> str:

@@ -31,6 +31,7 @@ class AgentError(DshError):
             "COMPACTION_FAILED",
             "PERSISTENCE_FLUSH_FAILED",
             "SESSION_OWNED_BY_SUBAGENT",
+            "STRUCTURED_OUTPUT_MISSING",
         }
     )
 
@@ -64,6 +65,9 @@ class ToolError(DshError):
             "SEARCH_FAILED",
             "SANDBOX_DENIED",
             "SANDBOX_UNAVAILABLE",
+            "STRUCTURED_OUTPUT_INVALID",
+            "MCP_SERVER_UNAVAILABLE",
+            "MCP_CALL_FAILED",
         }
     )
 
@@ -101,7 +105,11 @@ class ModelError(DshError):
     Attributes:
         status: The HTTP status the endpoint answered, when there was one.
         request_id: The provider's request id, when it sent one.
-        retry_after_ms: The provider's retry hint for a rate limit, when it sent one.
+        retry_after_ms: The provider's retry hint (`Retry-After`), when it sent one.
+        retryable: True when the same request may well succeed if sent again: a stream that broke
+            after its first byte (cut connection, an error chunk, a stall past the chunk timeout).
+            The agent loop retries such a failure under the client's `retry_policy`
+            (docs/agent.md#retries); failures before the first byte are retried by the client itself.
     """
 
     codes: ClassVar[frozenset[str]] = frozenset(
@@ -129,18 +137,20 @@ class ModelError(DshError):
         status: int | None = None,
         request_id: str | None = None,
         retry_after_ms: int | None = None,
+        retryable: bool = False,
     ) -> None:
         super().__init__(message, code=code)
         self.status = status
         self.request_id = request_id
         self.retry_after_ms = retry_after_ms
+        self.retryable = retryable
 
     def to_json(self) -> dict[str, object]:
         """The `error` object of a `turn/end {kind: "error"}` event: message, code and known extras."""
         out: dict[str, object] = {"message": self.message, "code": self.code}
         if self.status is not None:
             out["status"] = self.status
-        if self.retry_after_ms is not None:
+        if self.retry_after_ms:  # the harness's failure shape allows only a positive delay
             out["providerRetryAfterMs"] = self.retry_after_ms
         if self.request_id is not None:
             out["requestId"] = self.request_id

@@ -17,9 +17,9 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -27,121 +27,53 @@ from dsh.abort import AbortController, AbortSignal
 from dsh.agent import _gate
 from dsh.agent import titles as _titles
 from dsh.agent._context import HeaderLog, KnobLog, context_message, granted_rules, header_of
+from dsh.agent._loop_helpers import highest_turn_number, message_of, validation_summary
+from dsh.agent._retry import StepRetries
 from dsh.agent.assembler import MessageAssembler, ToolCall
 from dsh.agent.compaction import AgentCompactor, CompactionResult, CompactionSettings
 from dsh.agent.errors import AgentError, ModelError
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import Source, UserSource, source_json, text, text_of_blocks
-from dsh.agent.model import ModelChunk, ModelClient, ModelRequest, RequestMeta, Usage, chunk_to_json
+from dsh.agent.model import ModelClient, ModelRequest, RequestMeta, Usage, chunk_to_json
+from dsh.agent.options import (
+    AgentOptions,
+    CancelCause,
+    ChunkListener,
+    CompletionGuard,
+    Delivery,
+    InboxItem,
+    PreStepHook,
+    TurnResult,
+)
 from dsh.agent.registry import AgentStatus, StatusListener
 from dsh.agent.tools import Tool, ToolContext, ToolRegistry
-from dsh.agent.usage import TokenTotals
 from dsh.json import is_json
 from dsh.session.events import SessionEvent
 from dsh.session.session import Session
 from dsh.session.store import SessionStore
 
 if TYPE_CHECKING:
-    from dsh.agent.approval import ApprovalRule, Permissions
+    from dsh.agent.approval import ApprovalRule
     from dsh.services import Services
 
-__all__ = ["Agent", "AgentOptions", "CancelCause", "ChunkListener", "InboxItem", "PreStepHook", "TurnResult"]
+__all__ = [
+    "Agent",
+    "AgentOptions",
+    "CancelCause",
+    "ChunkListener",
+    "CompletionGuard",
+    "InboxItem",
+    "PreStepHook",
+    "TurnResult",
+]
 
 _log = logging.getLogger("dsh.agent")
 
-CancelCause = Literal["user", "parent", "disposed"]
-"""Who cancelled a turn: a person, the parent agent, or the runtime closing."""
-
-Delivery = Literal["next-turn"]
-"""When an inbox item is claimed. Only `next-turn` (FIFO, one item per turn) exists today."""
-
-PreStepHook = Callable[["Agent", int, int], Awaitable[None] | None]
-"""Called with `(agent, turn, step)` after `turn/start` and before every `step/start`."""
-
-ChunkListener = Callable[["Agent", int, int, ModelChunk], None]
-"""Called with `(agent, turn, step, chunk)` for every streamed chunk, logged or not."""
+_REMINDER_SOURCE: Final = {"kind": "plugin", "plugin": "pydsh/completion-guard", "form": "reminder"}
 
 _CANCELLED_TEXT: Final = "Error: tool call was cancelled"
 _NOT_RUN_TEXT: Final = "Error: not run: the turn was cancelled"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentOptions:
-    """How an agent talks to its model.
-
-    Attributes:
-        model: The model name requests are made for.
-        max_steps: Steps per turn before the turn ends with `AGENT_MAX_STEPS`.
-        max_tokens: The output limit per request, if any.
-        system_prompt: The system prompt, if any.
-        temperature: The sampling temperature, if set.
-        log_chunks: Log every streamed chunk as an `assistant/chunk` event.
-        cancel_grace_s: How long a cancelled tool body may take to notice its signal before its task is cancelled.
-        agent_key: The script track a scripted model answers from (`main` for a top-level agent); also
-            the label an approval request shows.
-        subagent_depth: The delegation depth this agent runs at, when it was started as a subagent.
-        permissions: What the agent's tool calls may do without asking (docs/tools.md#approvals);
-            None runs every call without a question.
-        time_context: Give the model the current date and time (and the permissions) once per turn.
-        time_zone: The IANA zone the time is given in (None: the prompt's `clientTimeZone`, else local).
-        compaction: When and how the agent compacts its context (None: only on request, with the defaults).
-        model_titles: Ask the model for a short session title in the background after the first message.
-    """
-
-    model: str
-    max_steps: int = 50
-    max_tokens: int | None = None
-    system_prompt: str | None = None
-    temperature: float | None = None
-    log_chunks: bool = False
-    cancel_grace_s: float = 5.0
-    agent_key: str = "main"
-    subagent_depth: int | None = None
-    permissions: Permissions | None = None
-    time_context: bool = False
-    time_zone: str | None = None
-    compaction: CompactionSettings | None = None
-    model_titles: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class InboxItem:
-    """A message waiting for its turn."""
-
-    message_id: str
-    content: tuple[Mapping[str, Any], ...]
-    source: Mapping[str, Any]
-    delivery: Delivery = "next-turn"
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    """How one turn ended.
-
-    Attributes:
-        session_id: The agent's session.
-        message_id: The inbox item the turn was for.
-        turn: The turn number.
-        output: The answer text of the turn's last non-empty assistant message ("" when none).
-        stop_reason: The `turn/end` reason kind: completed, max-tokens, blocked, aborted or error.
-        usage: The tokens of every request of the turn, summed (None when the model reported none); the
-            log holds each request's usage on its `assistant/message`, never a turn total.
-        error: The `turn/end` error object when `stop_reason` is `error`.
-        dropped: True when the item was dropped unclaimed (the agent closed); the other fields are empty.
-        tokens: The turn's priced token total (`Runtime.run` fills it in).
-        session_tokens: The session's priced token total after the turn (`Runtime.run` fills it in).
-    """
-
-    session_id: str
-    message_id: str
-    turn: int
-    output: str
-    stop_reason: str
-    usage: Usage | None = None
-    error: Mapping[str, Any] | None = None
-    dropped: bool = False
-    tokens: TokenTotals | None = None
-    session_tokens: TokenTotals | None = None
+_CONCLUDED_TEXT: Final = "Error: not run: an earlier call of this step concluded the turn"
 
 
 @dataclass(slots=True)
@@ -151,6 +83,7 @@ class _Turn:
     number: int
     controller: AbortController = field(default_factory=AbortController)
     cause: CancelCause | None = None
+    conclusion: dict[str, Any] | None = None  # set by `Agent.conclude_turn`: the turn ends after this step
 
     @property
     def signal(self) -> AbortSignal:
@@ -224,6 +157,7 @@ class Agent:
         self._listeners: list[StatusListener] = []
         self._hooks: list[PreStepHook] = []
         self._chunk_listeners: list[ChunkListener] = []
+        self._guards: list[CompletionGuard] = []
         self._results: dict[str, asyncio.Future[TurnResult]] = {}
         self._last_turn: int | None = None  # the highest turn number in the log, scanned once
         self._headers = HeaderLog()
@@ -337,6 +271,29 @@ class Agent:
 
         return remove
 
+    def add_completion_guard(self, guard: CompletionGuard) -> Callable[[], None]:
+        """Check every turn that would complete with `guard` (see `CompletionGuard`); returns a remover."""
+        self._guards.append(guard)
+
+        def remove() -> None:
+            if guard in self._guards:
+                self._guards.remove(guard)
+
+        return remove
+
+    def conclude_turn(self, reason: Mapping[str, Any] | None = None) -> bool:
+        """End the running turn once the current step's tool calls are answered; True when a turn runs.
+
+        Called by a tool body (the `structured_output` tool): the turn makes no further model request
+        and ends with `reason` (default `{kind: "completed"}`); the step's later calls are not run.
+        """
+        turn = self._turn
+        if turn is None:
+            return False
+        if turn.conclusion is None:
+            turn.conclusion = dict(reason) if reason is not None else {"kind": "completed"}
+        return True
+
     # ---------------------------------------------------------------- inbox
 
     def start(self) -> None:
@@ -445,7 +402,7 @@ class Agent:
             if self._closing:
                 raise AgentError(f'agent "{self.id}" is closing', code="AGENT_CLOSING", session_id=self.id)
             if self._last_turn is None:
-                self._last_turn = _highest_turn_number(self._session)
+                self._last_turn = highest_turn_number(self._session)
             try:
                 signal = signal if signal is not None else AbortController().signal
                 return await self._compactor.now(self._tools.schemas(), self._last_turn, signal)
@@ -508,7 +465,7 @@ class Agent:
 
     async def _run_turn(self, item: InboxItem) -> TurnResult:
         if self._last_turn is None:
-            self._last_turn = _highest_turn_number(self._session)
+            self._last_turn = highest_turn_number(self._session)
         self._last_turn += 1
         number = self._last_turn
         turn = _Turn(number)
@@ -606,7 +563,7 @@ class Agent:
             if turn.cancelled():
                 self._append("step/end", {"turn": turn.number, "step": step})
                 return _StepOutcome(_aborted(turn), output, usage)
-            assembler, chunk_seqs, failure = await self._stream(turn, step, tools)
+            assembler, chunk_seqs, failure = await self._stream_retrying(turn, step, tools)
             if assembler.usage is not None:
                 usage = assembler.usage if usage is None else usage + assembler.usage
                 self._compactor.observe(tools, assembler.usage)
@@ -633,14 +590,53 @@ class Agent:
             self._append("step/end", {"turn": turn.number, "step": step})
             if turn.cancelled():
                 return _StepOutcome(_aborted(turn), output, usage)
+            if turn.conclusion is not None:
+                return _StepOutcome(turn.conclusion, output, usage)
             if finish == "length":
                 return _StepOutcome({"kind": "max-tokens"}, output, usage)
             if finish == "content-filter":
                 return _StepOutcome({"kind": "blocked"}, output, usage)
             if not calls:
-                return _StepOutcome({"kind": "completed"}, output, usage)
+                verdict = self._completion_verdict(turn.number)
+                if verdict is None:
+                    return _StepOutcome({"kind": "completed"}, output, usage)
+                if not isinstance(verdict, str):
+                    return _StepOutcome({"kind": "error", "error": dict(verdict)}, output, usage)
+                reminder = {"id": self._ids.message(), "role": "user", "content": [text(verdict)]}
+                self._append("user/message", {**reminder, "source": dict(_REMINDER_SOURCE)})
+
+    def _completion_verdict(self, turn: int) -> Mapping[str, Any] | str | None:
+        for guard in list(self._guards):
+            verdict = guard(self, turn)
+            if verdict is not None:
+                return verdict
+        return None
 
     # ---------------------------------------------------------------- model
+
+    async def _stream_retrying(
+        self, turn: _Turn, step: int, tools: list[dict[str, Any]]
+    ) -> tuple[MessageAssembler, list[int], ModelError | None]:
+        """`_stream`, again after a retryable failure, under the client's retry policy (docs/agent.md#retries)."""
+        retries = StepRetries(
+            self._session,
+            provider=self._model.provider,
+            policy=getattr(self._model, "retry_policy", None),
+            turn=turn.number,
+            step=step,
+        )
+
+        async def flush() -> None:
+            try:
+                await self._flush()
+            except _FlushFailed:
+                self._append("step/end", {"turn": turn.number, "step": step})
+                raise
+
+        assembler, chunk_seqs, failure = await retries.run(
+            lambda: self._stream(turn, step, tools), signal=turn.signal, flush=flush, label=self.id
+        )
+        return assembler if assembler is not None else MessageAssembler(), chunk_seqs, failure
 
     async def _stream(
         self, turn: _Turn, step: int, tools: list[dict[str, Any]]
@@ -766,8 +762,9 @@ class Agent:
     async def _dispatch_all(self, turn: _Turn, step: int, calls: list[ToolCall]) -> None:
         """Dispatch the calls one after another; after a cancellation the rest are answered as not run."""
         for call in calls:
-            if turn.cancelled():
-                self._append_result(turn.number, step, call, _NOT_RUN_TEXT, is_error=True, call_seq=None)
+            if turn.cancelled() or turn.conclusion is not None:
+                text_ = _NOT_RUN_TEXT if turn.cancelled() else _CONCLUDED_TEXT
+                self._append_result(turn.number, step, call, text_, is_error=True, call_seq=None)
                 continue
             call_event = self._append(
                 "tool/call",
@@ -791,7 +788,7 @@ class Agent:
         try:
             args = tool.args_model.model_validate(parsed)
         except Exception as error:
-            text_ = f"Error: invalid arguments for {call.name}: {_validation_summary(error)}"
+            text_ = f"Error: invalid arguments for {call.name}: {validation_summary(error)}"
             self._append_result(turn.number, step, call, text_, is_error=True, call_seq=call_seq)
             return
         context = ToolContext(
@@ -828,7 +825,7 @@ class Agent:
             _log.debug('agent "%s": tool "%s" raised', self.id, call.name, exc_info=raised)
             code = getattr(raised, "code", None)
             details = {"name": type(raised).__name__, "code": code} if isinstance(code, str) else None
-            message = f"Error: {_message_of(raised)}"
+            message = f"Error: {message_of(raised)}"
             self._append_result(turn.number, step, call, message, is_error=True, call_seq=call_seq, error=details)
             return
         output = body.result()
@@ -837,7 +834,7 @@ class Agent:
         except Exception as render_error:
             _log.exception('agent "%s": tool "%s" failed to render its output', self.id, call.name)
             self._append_result(
-                turn.number, step, call, f"Error: {_message_of(render_error)}", is_error=True, call_seq=call_seq
+                turn.number, step, call, f"Error: {message_of(render_error)}", is_error=True, call_seq=call_seq
             )
             return
         # A plain string is exactly the text the model saw: keeping it again would only double the log.
@@ -933,42 +930,3 @@ class Agent:
 
 def _aborted(turn: _Turn) -> dict[str, Any]:
     return {"kind": "aborted", "reason": {"kind": turn.cause or "user"}}
-
-
-def _highest_turn_number(session: Session) -> int:
-    """The highest turn number in the whole log, inherited prefix included (0 for none).
-
-    Scanned once per agent: afterwards only this agent writes turns to its session.
-    """
-    highest = 0
-    for event in session.events:
-        if event.type in ("turn/start", "turn/end"):
-            data = event.data
-            if isinstance(data, Mapping):
-                turn = data.get("turn")
-                if isinstance(turn, int) and not isinstance(turn, bool) and turn > highest:
-                    highest = turn
-    return highest
-
-
-def _message_of(error: BaseException) -> str:
-    message = getattr(error, "message", None)
-    if isinstance(message, str) and message:
-        return message
-    return str(error) or type(error).__name__
-
-
-def _validation_summary(error: Exception) -> str:
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        try:
-            items = errors(include_url=False, include_input=False)
-        except TypeError:
-            items = errors()
-        parts = []
-        for item in items:
-            where = ".".join(str(part) for part in item.get("loc", ())) or "arguments"
-            parts.append(f"{where}: {item.get('msg', 'invalid')}")
-        if parts:
-            return "; ".join(parts)
-    return str(error)

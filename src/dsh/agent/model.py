@@ -9,6 +9,7 @@ stays readable by the TypeScript harness: `block-start`, `text-delta`, `reasonin
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -26,6 +27,7 @@ __all__ = [
     "ModelRequest",
     "ReasoningDelta",
     "RequestMeta",
+    "RetryPolicy",
     "TextDelta",
     "ToolCallDelta",
     "Usage",
@@ -202,6 +204,43 @@ class ModelRequest:
     max_tokens: int | None = None
     temperature: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How the agent loop retries a model request whose stream broke (docs/agent.md#retries).
+
+    The harness's `normal` retry mode: at most `max_retries` retries per step, each after a delay
+    that doubles from `initial_delay_ms` up to `max_delay_ms`, spread by `jitter_ratio` either way.
+    A provider's `Retry-After` replaces the delay when it is within `max_delay_ms`; a longer one
+    ends the retries. A model client declares its policy as a `retry_policy` attribute; a client
+    without one is never retried by the loop.
+    """
+
+    max_retries: int = 2
+    initial_delay_ms: float = 500.0
+    max_delay_ms: float = 10_000.0
+    jitter_ratio: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.initial_delay_ms < 0 or self.max_delay_ms < self.initial_delay_ms:
+            raise ValueError(f"invalid retry policy {self!r}")
+        if not 0 <= self.jitter_ratio <= 1:
+            raise ValueError(f"invalid retry policy {self!r}: jitter_ratio must lie in [0, 1]")
+
+    @property
+    def key(self) -> str:
+        """The harness's `policyKey`: every field that changes behaviour, as compact JSON."""
+        return json.dumps(
+            ["normal", self.max_retries, self.initial_delay_ms, self.max_delay_ms, self.jitter_ratio],
+            separators=(",", ":"),
+        )
+
+    def delay_ms(self, retry: int, sample: float) -> float:
+        """The delay before retry number `retry` (from 1), for a random `sample` in [0, 1]."""
+        exponential = min(self.initial_delay_ms * 2.0 ** min(retry - 1, 64), self.max_delay_ms)
+        spread = 1 - self.jitter_ratio + 2 * self.jitter_ratio * sample
+        return min(exponential * spread, self.max_delay_ms)
 
 
 @runtime_checkable

@@ -38,6 +38,7 @@ COMMAND_MODULES: Final = {
     "config": "dsh.cli.configuration",
     "doctor": "dsh.cli.doctor",
     "history": "dsh.cli.history",
+    "mcp": "dsh.cli.mcp",
     "run": "dsh.cli.run",
     "send": "dsh.cli.send",
     "serve": "dsh.cli.serve",

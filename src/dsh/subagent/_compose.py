@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from dsh.agent.messages import text, text_of_blocks
-from dsh.json import freeze
 from dsh.session.header import HeaderInit
 from dsh.subagent.descriptor import SUBAGENT_DESCRIPTOR_TYPE, ToolFilter
 from dsh.subagent.errors import SubagentError
@@ -33,6 +30,7 @@ __all__ = [
     "epoch_stop_reason",
     "fork_prefix",
     "last_turn_end",
+    "last_turn_error",
     "one_shot_stop_reason",
     "schema_note",
 ]
@@ -115,11 +113,15 @@ class ChildComposer:
 
 
 def schema_note(output_schema: Mapping[str, Any] | None) -> str | None:
-    """The system-prompt note that asks a one-shot child for an answer following `output_schema`."""
+    """The system-prompt section of a child with an `output_schema`: finish through `structured_output`.
+
+    The schema itself travels as the tool's parameters, so the prompt does not repeat it.
+    """
     if output_schema is None:
         return None
-    rendered = orjson.dumps(freeze(dict(output_schema)), option=orjson.OPT_SORT_KEYS).decode()
-    return f"Give your final answer as JSON that follows this JSON Schema:\n{rendered}"
+    from dsh.agent.structured import STRUCTURED_OUTPUT_INSTRUCTION
+
+    return STRUCTURED_OUTPUT_INSTRUCTION
 
 
 def fork_prefix(events: Sequence[SessionEvent]) -> list[SessionEvent]:
@@ -133,6 +135,17 @@ def fork_prefix(events: Sequence[SessionEvent]) -> list[SessionEvent]:
 def descriptor_record(seq: int, time: int, payload: Mapping[str, Any]) -> dict[str, Any]:
     """The seed record of a continuable descriptor (log-only: no `surfaceOp`)."""
     return {"type": SUBAGENT_DESCRIPTOR_TYPE, "seq": seq, "time": time, "data": payload}
+
+
+def last_turn_error(events: Sequence[SessionEvent]) -> Mapping[str, Any] | None:
+    """The error object of the last `turn/end` in `events` when it ended with an error."""
+    for event in reversed(events):
+        if event.type == "turn/end":
+            data = event.data
+            reason = data.get("reason") if isinstance(data, Mapping) else None
+            error = reason.get("error") if isinstance(reason, Mapping) else None
+            return error if isinstance(error, Mapping) else None
+    return None
 
 
 def last_turn_end(events: Sequence[SessionEvent]) -> str | None:

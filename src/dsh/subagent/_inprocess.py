@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any
 from dsh.abort import AbortError
 from dsh.agent.messages import UserSource
 from dsh.agent.model import TextDelta
+from dsh.agent.structured import StructuredOutput
+from dsh.agent.tools import ToolRegistry
 from dsh.subagent._compose import (
     ChildComposer,
     closing_output,
     fork_prefix,
     last_turn_end,
+    last_turn_error,
     one_shot_stop_reason,
     schema_note,
 )
@@ -109,6 +112,11 @@ class InProcessProvider:
             extra_system=schema_note(request.output_schema),
         )
         tools = composer.tools(host, request.tool_filter)
+        structured = None
+        if request.output_schema is not None:
+            # The child's own registry: the host's default one is shared by every agent.
+            structured = StructuredOutput(request.output_schema, max_attempts=options.structured_output_attempts)
+            tools = ToolRegistry([*tools, structured])
         session = sessions.create(
             host.ids.session(),
             header=composer.header(parent, depth),
@@ -121,7 +129,7 @@ class InProcessProvider:
         except BaseException:
             sessions.dispose(session)
             raise
-        driver = _OneShotDriver(agent, session, request, composer)
+        driver = _OneShotDriver(agent, session, request, composer, structured)
         try:
             message_id = await agent.send(request.prompt, UserSource())
         except BaseException:
@@ -134,8 +142,17 @@ class InProcessProvider:
 class _OneShotDriver:
     """Runs one one-shot child to its result, then releases it (agent closed, session disposed)."""
 
-    def __init__(self, agent: Agent, session: Session, request: SubagentRequest, composer: ChildComposer) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        session: Session,
+        request: SubagentRequest,
+        composer: ChildComposer,
+        structured: StructuredOutput | None = None,
+    ) -> None:
         self.agent = agent
+        self._structured = structured
+        self._unbind = structured.bind(agent) if structured is not None else (lambda: None)
         self.session = session
         self.result: asyncio.Future[SubagentResult] = asyncio.get_running_loop().create_future()
         self._composer = composer
@@ -185,9 +202,16 @@ class _OneShotDriver:
         finally:
             events = self.session.events
             own = events[self.session.inherited_event_count :]
+            stop = one_shot_stop_reason(last_turn_end(own), cancelled=self._cancelled)
+            structured = self._structured
+            value = structured.value if structured is not None and structured.captured else None
+            if structured is not None and not structured.captured and stop == "completed":
+                stop = "error"  # a schema was asked for and never satisfied: the run did not finish
             outcome = SubagentResult(
-                one_shot_stop_reason(last_turn_end(own), cancelled=self._cancelled),
+                stop,
                 closing_output(own, "".join(self._streamed)),
+                structured=value,
+                error=last_turn_error(own) if stop == "error" else None,
             )
             await self.release()
             if not self.result.done():
@@ -199,6 +223,7 @@ class _OneShotDriver:
             return
         self._released = True
         self._remove_abort()
+        self._unbind()
         self._remove_chunks()
         self._remove_hook()
         agent, session = self.agent, self.session

@@ -55,7 +55,8 @@ class SubagentRequest:
         prompt: The task, sent to the child as one text block from a `user` source.
         label: A short display label (the tool's `description`).
         max_depth: An absolute cap on the child's delegation depth; None leaves depth to the provider.
-        output_schema: A JSON Schema (object-rooted) the final answer should follow.
+        output_schema: A JSON Schema (object-rooted) the result must match: the child finishes by
+            calling `structured_output` with it, and `SubagentResult.structured` is the object.
         tool_filter: Which of the host's tools the child may use.
         persona: Text appended to the child's system prompt.
         model: A model name for the child instead of the parent's.
@@ -82,10 +83,15 @@ class SubagentResult:
     Attributes:
         stop_reason: `completed`, `max-tokens`, `aborted`, `refusal` or `error`.
         output: The content blocks of the child's last non-empty answer (else its streamed text, else none).
+        structured: The validated object a child started with an `output_schema` passed to
+            `structured_output` (None without a schema, or when it never made a valid call).
+        error: The child's `turn/end` error object when it stopped with `error`.
     """
 
     stop_reason: StopReason
     output: tuple[Mapping[str, Any], ...] = ()
+    structured: Any = None
+    error: Mapping[str, Any] | None = None
 
 
 class SubagentRun:

@@ -233,6 +233,40 @@ class _RequestContext(TypedDict):
     contextWindow: NotRequired[int]
 
 
+# ---------------------------------------------------------------- model-request retries
+
+
+@with_config(_CLOSED)
+class _LlmFailure(TypedDict):
+    message: str
+    code: str
+    status: NotRequired[int]
+    providerRetryAfterMs: NotRequired[int | float]
+    requestId: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class _LlmRetry(TypedDict):
+    retryId: str
+    turn: int
+    step: int
+    provider: str
+    mode: Literal["normal"]
+    policyKey: str
+    retry: int
+    maxRetries: int
+    delayMs: int | float
+    failure: _LlmFailure
+
+
+@with_config(_CLOSED)
+class _LlmRetryStarted(TypedDict):
+    retryId: str
+    turn: int
+    step: int
+    retry: int
+
+
 # ---------------------------------------------------------------- approvals and permissions
 
 
@@ -375,6 +409,8 @@ EVENT_SHAPES: Final[Mapping[str, Any]] = {
     "tool/result": _ToolResult,
     "request/header": _RequestHeader,
     "request/context": _RequestContext,
+    "llm/retry": _LlmRetry,
+    "llm/retry-started": _LlmRetryStarted,
     "approval/asked": _ApprovalAsked,
     "approval/decided": _ApprovalDecided,
     "approval/policy": _ApprovalPolicy,

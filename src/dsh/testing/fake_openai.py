@@ -174,6 +174,8 @@ class FakeReply:
         headers: Extra response headers.
         disconnect_after: Drop the connection after this many `data:` events (a broken stream).
         malformed_after: Send one chunk that is not JSON after this many `data:` events.
+        error_after: After this many `data:` events, send an error event (`data: {"error": {...}}`
+            with `error_message`, as providers report a failure mid-stream) and end the stream.
         delay_s: Pause before every `data:` event (and before a non-streamed answer).
         hold: Stop before the `data:` event number `hold_after` until the gate is released.
         hold_after: Where `hold` stops: 0 holds right after the response headers, None before them
@@ -193,6 +195,7 @@ class FakeReply:
     headers: Mapping[str, str] = field(default_factory=dict)
     disconnect_after: int | None = None
     malformed_after: int | None = None
+    error_after: int | None = None
     delay_s: float = 0.0
     hold: Gate | None = None
     hold_after: int | None = 0
@@ -652,6 +655,9 @@ class _EventStream(Response):
         for position, event in enumerate(self._events):
             if reply.disconnect_after is not None and position >= reply.disconnect_after:
                 return "dropped"
+            if reply.error_after is not None and position >= reply.error_after:
+                await send({"type": "http.response.body", "body": _error_event(reply), "more_body": True})
+                return "complete"
             if reply.hold is not None and position == reply.hold_after:
                 await reply.hold.hold()
             if reply.delay_s:
@@ -665,6 +671,11 @@ class _EventStream(Response):
             await reply.hold.hold()
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
         return "complete"
+
+
+def _error_event(reply: FakeReply) -> bytes:
+    body = {"error": {"message": reply.error_message, "type": "server_error", "param": None, "code": "overloaded"}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 async def _client_gone(receive: Receive) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -79,6 +80,7 @@ _OUTPUT_SCHEMA: Final[Mapping[str, Any]] = {
                 "childId": {"type": "string"},
                 "stopReason": {"const": "completed"},
                 "output": {"type": "array", "items": {"type": "object"}},
+                "structured": {"type": "object"},
             },
             "required": ["childId", "stopReason", "output"],
             "additionalProperties": False,
@@ -106,8 +108,10 @@ class SubagentStoppedError(Exception):
         stop_reason: How it ended (`aborted`, `max-tokens`, `refusal` or `error`).
     """
 
-    def __init__(self, child_id: str, stop_reason: str, partial: str) -> None:
+    def __init__(self, child_id: str, stop_reason: str, partial: str, detail: str | None = None) -> None:
         message = f"subagent {child_id} stopped before finishing ({stop_reason})"
+        if detail:
+            message = f"{message}: {detail}"
         super().__init__(f"{message}\n{partial}" if partial else message)
         self.child_id = child_id
         self.stop_reason = stop_reason
@@ -131,6 +135,9 @@ class AgentTool:
         max_depth: The absolute cap on a child's delegation depth (a child past it is refused with
             `subagent depth <n> exceeds maxDepth <m>`).
         provider: The subagent provider children are started with (`spawn` or `fork`).
+        output_schema: An object-rooted JSON Schema every foreground child must report its result in
+            (through `structured_output`); the call's output then carries the validated object as
+            `structured`, and the model sees it as JSON (docs/agent.md#structured-output).
     """
 
     name: Final = "agent"
@@ -139,11 +146,14 @@ class AgentTool:
     args_model: Final = AgentToolArgs
     output_schema: Final = _OUTPUT_SCHEMA
 
-    def __init__(self, *, max_depth: int = 3, provider: str = DEFAULT_PROVIDER) -> None:
+    def __init__(
+        self, *, max_depth: int = 3, provider: str = DEFAULT_PROVIDER, output_schema: Mapping[str, Any] | None = None
+    ) -> None:
         if type(max_depth) is not int or max_depth < 0:
             raise ValueError("subagent maxDepth must be a non-negative safe integer")
         self.max_depth = max_depth
         self.provider = provider
+        self.child_output_schema = output_schema
 
     async def execute(self, args: Any, ctx: ToolContext) -> object:
         """Start the child: in the background (return at inbox acceptance) or in the foreground (await it).
@@ -182,7 +192,12 @@ class AgentTool:
         from dsh.subagent.providers import SubagentRequest
 
         request = SubagentRequest(
-            parent=parent, prompt=args.prompt, label=args.description, max_depth=self.max_depth, signal=ctx.signal
+            parent=parent,
+            prompt=args.prompt,
+            label=args.description,
+            max_depth=self.max_depth,
+            signal=ctx.signal,
+            output_schema=self.child_output_schema,
         )
         run = await subagents.start(self.provider, request)
         try:
@@ -193,14 +208,21 @@ class AgentTool:
             await run.dispose()
         blocks = _text_blocks(result.output)
         if result.stop_reason != "completed":
-            raise SubagentStoppedError(run.id, result.stop_reason, "".join(block["text"] for block in blocks))
-        return {"childId": run.id, "stopReason": "completed", "output": blocks}
+            detail = result.error.get("message") if result.error is not None else None
+            partial = "".join(block["text"] for block in blocks)
+            raise SubagentStoppedError(run.id, result.stop_reason, partial, detail if isinstance(detail, str) else None)
+        out: dict[str, Any] = {"childId": run.id, "stopReason": "completed", "output": blocks}
+        if result.structured is not None:
+            out["structured"] = result.structured
+        return out
 
     def render(self, args: Any, output: object) -> list[dict[str, Any]]:
         """`started subagent <id>` for a background child; a foreground child's answer, or `(no output)`."""
         out = cast(Mapping[str, Any], output)
         if "messageId" in out:
             return [text(f"started subagent {out['childId']}")]
+        if "structured" in out:
+            return [text(json.dumps(out["structured"], ensure_ascii=False, separators=(",", ":")))]
         blocks = _text_blocks(out.get("output"))
         return blocks or [text(_NO_OUTPUT)]
 

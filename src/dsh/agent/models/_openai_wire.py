@@ -89,11 +89,12 @@ def chat_messages(system: str | None, messages: Sequence[Mapping[str, Any]]) -> 
     out: list[dict[str, Any]] = []
     if system:
         out.append({"role": "system", "content": system})
-    for message in messages:
+    with_reasoning = _rounds_with_tool_calls(messages)
+    for position, message in enumerate(messages):
         content = message.get("content")
         blocks = [b for b in content if isinstance(b, Mapping)] if isinstance(content, Sequence) else []
         if message.get("role") == "assistant":
-            assistant = _assistant_message(blocks)
+            assistant = _assistant_message(blocks, keep_reasoning=position in with_reasoning)
             if assistant is not None:
                 out.append(assistant)
             continue
@@ -112,10 +113,40 @@ def chat_messages(system: str | None, messages: Sequence[Mapping[str, Any]]) -> 
     return out
 
 
-def _assistant_message(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    # Reasoning blocks are never sent back: DeepSeek refuses `reasoning_content` in requests, and no
-    # other provider reads it.
+def _rounds_with_tool_calls(messages: Sequence[Mapping[str, Any]]) -> set[int]:
+    """Positions of the assistant messages whose reasoning goes back to the endpoint.
+
+    DeepSeek's thinking mode with tool calls: between two user messages (tool results do not count),
+    when the model called a tool, the `reasoning_content` of every assistant message there must be
+    sent back in all later requests; in a round without tool calls it is left out (the API ignores
+    it). Other OpenAI-compatible endpoints ignore the extra field.
+    """
+    keep: set[int] = set()
+    round_: list[int] = []
+    called = False
+
+    def close() -> None:
+        if called:
+            keep.update(round_)
+
+    for position, message in enumerate(messages):
+        content = message.get("content")
+        blocks = [b for b in content if isinstance(b, Mapping)] if isinstance(content, Sequence) else []
+        if message.get("role") == "assistant":
+            round_.append(position)
+            called = called or any(block.get("type") == "tool-call" for block in blocks)
+        elif not any(block.get("type") == "tool-result" for block in blocks):
+            close()
+            round_, called = [], False
+    close()
+    return keep
+
+
+def _assistant_message(blocks: Sequence[Mapping[str, Any]], *, keep_reasoning: bool) -> dict[str, Any] | None:
     text = text_of_blocks(blocks)
+    reasoning = (
+        "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "reasoning") if keep_reasoning else ""
+    )
     calls = [
         {
             "id": str(block.get("id", "")),
@@ -130,6 +161,8 @@ def _assistant_message(blocks: Sequence[Mapping[str, Any]]) -> dict[str, Any] | 
         # reasoning) carries nothing the model can use, and endpoints refuse an empty one.
         return None
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = calls
     return message

@@ -6,10 +6,12 @@ stay light. Requests and responses are mapped by `dsh.agent.models._openai_wire`
 the settings resolution, the SDK client's lifecycle, cancellation and the translation of SDK
 failures into `ModelError`s (docs/agent.md#model-clients, docs/agent.md#model-settings).
 
-Retries come only from the SDK's `max_retries`, which repeats a request that failed before its first
-byte (connection errors, 429, 5xx). A stream that breaks midway is never retried, because the retry
-would repeat output the caller has already seen. The API key is a `SecretStr` end to end and is
-removed from every error message this module builds.
+Retries come in two layers. The SDK's `max_retries` repeats a request that failed before its first
+byte (connection errors, 429, 5xx), with its own backoff and the server's `Retry-After`. A stream
+that breaks after its first byte (a cut connection, an error chunk, no chunk within
+`chunk_timeout_s`) raises a `ModelError` marked `retryable`, which the agent loop retries under the
+client's `retry_policy`, discarding the partial step (docs/agent.md#retries). The API key is a
+`SecretStr` end to end and is removed from every error message this module builds.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from urllib.parse import urlsplit
 
 from dsh.abort import AbortSignal
 from dsh.agent.errors import ModelError
-from dsh.agent.model import ModelChunk, ModelRequest
+from dsh.agent.model import ModelChunk, ModelRequest, RetryPolicy
 from dsh.agent.models._openai_wire import ChunkMapper, MalformedStreamError, request_params
 from dsh.config import ModelConfig
 
@@ -68,6 +70,8 @@ class ResolvedModelSettings:
         max_tokens: The default output limit, if any.
         key_source: Where the key came from: `override` (a caller argument such as a CLI flag),
             `api_key` (`DSH_MODEL_API_KEY` or `model.api_key`) or `deepseek_api_key` (`DEEPSEEK_API_KEY`).
+        chunk_timeout_s: The longest wait for the next chunk once a stream is open; past it the
+            stream counts as broken (`MODEL_TIMEOUT`, retryable).
     """
 
     base_url: str
@@ -78,6 +82,7 @@ class ResolvedModelSettings:
     max_retries: int
     max_tokens: int | None
     key_source: Literal["override", "api_key", "deepseek_api_key"]
+    chunk_timeout_s: float = 60.0
 
     @property
     def host(self) -> str:
@@ -101,6 +106,7 @@ def resolve_model_settings(
     timeout_s: float | None = None,
     max_retries: int | None = None,
     max_tokens: int | None = None,
+    chunk_timeout_s: float | None = None,
 ) -> ResolvedModelSettings:
     """Apply caller overrides (CLI flags) to the configured `model` section and pick the key.
 
@@ -150,6 +156,7 @@ def resolve_model_settings(
         max_retries=max_retries if max_retries is not None else config.max_retries,
         max_tokens=max_tokens if max_tokens is not None else config.max_tokens,
         key_source=source,
+        chunk_timeout_s=chunk_timeout_s if chunk_timeout_s is not None else config.chunk_timeout_s,
     )
 
 
@@ -183,16 +190,20 @@ class OpenAICompatibleClient:
 
     Args:
         settings: Resolved settings (`resolve_model_settings`); the SDK client is built on first use.
+        retry_policy: How the agent loop retries a stream that broke after its first byte; default
+            `settings.max_retries` retries with the harness's backoff (docs/agent.md#retries).
 
     Attributes:
         provider: The provider name recorded on assistant messages.
         model: The default model name, for callers that build requests.
+        retry_policy: The loop's retry policy for this client's retryable failures.
     """
 
-    def __init__(self, settings: ResolvedModelSettings) -> None:
+    def __init__(self, settings: ResolvedModelSettings, *, retry_policy: RetryPolicy | None = None) -> None:
         self._settings = settings
         self.provider = settings.provider
         self.model = settings.model
+        self.retry_policy = retry_policy if retry_policy is not None else RetryPolicy(max_retries=settings.max_retries)
         self._state = _State.IDLE
         self._sdk: openai.AsyncOpenAI | None = None
 
@@ -256,16 +267,22 @@ class OpenAICompatibleClient:
         try:
             response = await self._until_aborted(create(**params), aborted, signal, streaming=False, discard=_close)
             request_id = _request_id_of(response)
+            hint = _stream_retry_after_ms(response)
             mapper = ChunkMapper()
             while True:
                 raw = await self._until_aborted(
-                    _next_or_end(response), aborted, signal, streaming=True, request_id=request_id
+                    asyncio.wait_for(_next_or_end(response), self._settings.chunk_timeout_s),
+                    aborted,
+                    signal,
+                    streaming=True,
+                    request_id=request_id,
+                    retry_after_ms=hint,
                 )
                 if raw is _END:
                     break
                 for chunk in self._mapped(partial(mapper.feed, raw), request_id):
                     yield chunk
-            for chunk in self._mapped(mapper.end, request_id):
+            for chunk in self._mapped(mapper.end, request_id, cut=True):
                 yield chunk
         finally:
             aborted.cancel()
@@ -273,14 +290,19 @@ class OpenAICompatibleClient:
                 # Closing the response closes the HTTP stream, so the server sees the client leave.
                 await response.close()
 
-    def _mapped(self, chunks: Callable[[], Iterator[ModelChunk]], request_id: str | None) -> list[ModelChunk]:
+    def _mapped(
+        self, chunks: Callable[[], Iterator[ModelChunk]], request_id: str | None, *, cut: bool = False
+    ) -> list[ModelChunk]:
         try:
             return list(chunks())
         except MalformedStreamError as error:
+            # A stream that simply stopped before its finish reason was cut off; other faults are
+            # the endpoint's protocol errors, which a retry would only repeat.
             raise ModelError(
                 self._scrub(f"the model endpoint {self._settings.endpoint} sent a malformed stream: {error}"),
                 code="MODEL_UNAVAILABLE",
                 request_id=request_id,
+                retryable=cut,
             ) from None
 
     async def _until_aborted(
@@ -292,6 +314,7 @@ class OpenAICompatibleClient:
         streaming: bool,
         request_id: str | None = None,
         discard: Callable[[_T], Awaitable[None]] | None = None,
+        retry_after_ms: int | None = None,
     ) -> _T:
         """Await `work` unless `signal` aborts first; SDK failures become `ModelError`s.
 
@@ -316,7 +339,10 @@ class OpenAICompatibleClient:
         except ModelError:
             raise
         except Exception as error:
-            raise self._translate(error, streaming=streaming, request_id=request_id) from error
+            failure = self._translate(error, streaming=streaming, request_id=request_id)
+            if failure.retryable and retry_after_ms is not None:
+                failure.retry_after_ms = retry_after_ms
+            raise failure from error
 
     # ------------------------------------------------------------ errors
 
@@ -353,19 +379,23 @@ class OpenAICompatibleClient:
                 request_id=found_id,
                 retry_after_ms=_retry_after_ms(error.response.headers) if status == 429 else None,
             )
+        if streaming and isinstance(error, TimeoutError):
+            text = f"the model stream from {host} stalled: no chunk within {self._settings.chunk_timeout_s:g} s"
+            return ModelError(self._scrub(text), code="MODEL_TIMEOUT", request_id=request_id, retryable=True)
         if isinstance(error, openai.APITimeoutError):
             text = f"the model endpoint {host} did not answer within {self._settings.timeout_s:g} s"
-            return ModelError(self._scrub(text), code="MODEL_TIMEOUT", request_id=request_id)
+            return ModelError(self._scrub(text), code="MODEL_TIMEOUT", request_id=request_id, retryable=streaming)
         if streaming:
-            # Anything else once chunks flow is a broken stream: a dropped connection, an error
-            # event in the stream, or a chunk that is not JSON.
+            # Anything else once chunks flow is a broken stream: a dropped connection or an error
+            # event in the stream, both worth a retry; or a chunk that is not JSON, which is not.
             if isinstance(error, ValueError):
                 text = f"the model endpoint {host} sent a malformed chunk: {_describe_cause(error)}"
-            elif isinstance(error, openai.APIError):
+                return ModelError(self._scrub(text), code="MODEL_UNAVAILABLE", request_id=request_id)
+            if isinstance(error, openai.APIError):
                 text = f"the model stream from {host} broke off: {_describe_cause(error)}"
             else:
                 text = f"the model stream from {host} failed: {_describe_cause(error)}"
-            return ModelError(self._scrub(text), code="MODEL_UNAVAILABLE", request_id=request_id)
+            return ModelError(self._scrub(text), code="MODEL_UNAVAILABLE", request_id=request_id, retryable=True)
         if isinstance(error, openai.APIConnectionError):
             text = f"cannot reach the model endpoint {host}: {_describe_cause(error)}"
         else:
@@ -407,6 +437,13 @@ def _request_id_of(stream: Any) -> str | None:
     headers = getattr(response, "headers", None)
     found = headers.get("x-request-id") if headers is not None else None
     return found if isinstance(found, str) else None
+
+
+def _stream_retry_after_ms(stream: Any) -> int | None:
+    """A `Retry-After` the endpoint sent with a stream's headers (some gateways do), for its retry."""
+    response = getattr(stream, "response", None)
+    headers = getattr(response, "headers", None)
+    return _retry_after_ms(headers) if headers is not None else None
 
 
 def _detail(error: Any) -> str:
