@@ -29,6 +29,7 @@ BENCHMARKS = [
     "server_load",
     "replica_load",
     "startup",
+    "run_startup",
     "backends",
 ]
 

@@ -43,6 +43,7 @@ from dsh.agent.model import (
 from dsh.agent.models import ResolvedModelSettings
 from dsh.agent.tools import ToolContext, ToolHandle
 from dsh.agent.usage import ModelPrice, TokenTotals
+from dsh.cli.drive import Work
 from dsh.config import Config
 from dsh.config_files import LoadedConfig, Setting
 from dsh.demo.damage import Damage
@@ -209,6 +210,7 @@ RECORDS: dict[type, tuple[object, dict[str, Any]]] = {
     ),
     Damage: (Damage("s1", 5, 3, (3, 4), False), {"cache_evicted": True}),
     DemoHome: (DemoHome(Path("/tmp/home"), True), {"temporary": False}),
+    Work: (Work(Path("/w"), None, ["bash"], [], False), {"allow_all": True}),
     CatalogView: (CatalogView("live", [CHILD], {"c1": 1}, {"c1": 0}), {"title": "cold"}),
     Check: (Check("home", "ok", "exists"), {"status": "warn"}),
     DoctorReport: (DoctorReport("/h", (Check("home", "ok", "exists"),), (), 1), {"sessions": 2}),

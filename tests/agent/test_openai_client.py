@@ -393,6 +393,39 @@ async def test_unreachable_endpoint_is_model_unavailable() -> None:
     assert f"127.0.0.1:{port}" in caught.value.message
 
 
+async def test_a_plain_http_endpoint_that_redirects_is_not_followed() -> None:
+    """A plain-HTTP endpoint's client follows no redirect (it has no TLS context): a 307 is a model error."""
+    import http.server
+    import threading
+
+    hits: list[str] = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            hits.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "/followed")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect) as redirecting:
+        thread = threading.Thread(target=redirecting.serve_forever, daemon=True)
+        thread.start()
+        try:
+            config = ModelConfig(base_url=f"http://127.0.0.1:{redirecting.server_address[1]}/v1", api_key=KEY)
+            client = OpenAICompatibleClient(resolve_model_settings(config, max_retries=0))
+            with pytest.raises(ModelError) as caught:
+                await collect(client, request())
+            await client.aclose()
+        finally:
+            redirecting.shutdown()
+    assert caught.value.code.startswith("MODEL_")
+    assert hits == ["/v1/chat/completions"]
+
+
 # ---------------------------------------------------------------- broken streams
 
 

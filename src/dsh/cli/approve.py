@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from dsh.agent.approval import ApprovalAnswer, ApprovalRequest, Permissions
     from dsh.config import Config
 
-__all__ = ["AllowAllOption", "AllowOption", "DenyOption", "TerminalApprover", "permissions_from_flags"]
+__all__ = [
+    "AllowAllOption",
+    "AllowOption",
+    "DenyOption",
+    "TerminalApprover",
+    "parse_answer",
+    "permissions_from_flags",
+    "question_lines",
+    "question_prompt",
+]
 
 _ANSWERS: Final[dict[str, ApprovalAnswer]] = {
     "y": "allow",
@@ -65,6 +74,26 @@ def permissions_from_flags(
     return Permissions.from_config(config, allow=allow or (), deny=deny or (), allow_all=True if allow_all else None)
 
 
+def question_lines(request: ApprovalRequest) -> list[str]:
+    """Who asks, the tool, and the exact command or change (at most 60 lines of it), escaped."""
+    lines = request.preview.splitlines() or [request.subject]
+    shown = [f"  {safe(line)}" for line in lines[:_MAX_PREVIEW_LINES]]
+    if len(lines) > _MAX_PREVIEW_LINES:
+        shown.append(f"  ... ({len(lines) - _MAX_PREVIEW_LINES} more lines)")
+    return [f"[{safe(request.label)}] {safe(request.tool)} needs approval:", *shown]
+
+
+def question_prompt(request: ApprovalRequest) -> str:
+    """`Allow? [y]es / [n]o / [a]lways allow TOOL:PATTERN in this session: `."""
+    pattern = safe(f"{request.tool}:{request.pattern}")
+    return f"Allow? [y]es / [n]o / [a]lways allow {pattern} in this session: "
+
+
+def parse_answer(line: str) -> ApprovalAnswer | None:
+    """`y`/`yes`, `n`/`no`, `a`/`always` (any case, spaces ignored); None for anything else."""
+    return _ANSWERS.get(line.strip().lower())
+
+
 class TerminalApprover:
     """Asks on the terminal, one question at a time (an `Answerer` of the runtime's `ApprovalBroker`).
 
@@ -86,21 +115,15 @@ class TerminalApprover:
         """Show the question and wait for `y`, `n` or `a` (an unknown answer asks again; end of input is `n`)."""
         async with self._lock:
             self._before()
-            lines = request.preview.splitlines() or [request.subject]
-            shown = [f"  {safe(line)}" for line in lines[:_MAX_PREVIEW_LINES]]
-            if len(lines) > _MAX_PREVIEW_LINES:
-                shown.append(f"  ... ({len(lines) - _MAX_PREVIEW_LINES} more lines)")
-            header = f"[{safe(request.label)}] {safe(request.tool)} needs approval:"
-            self._write("\n".join([header, *shown]) + "\n")
-            pattern = safe(f"{request.tool}:{request.pattern}")
+            self._write("\n".join(question_lines(request)) + "\n")
             while True:
-                self._write(f"Allow? [y]es / [n]o / [a]lways allow {pattern} in this session: ")
+                self._write(question_prompt(request))
                 line = await self._read_line(signal)
                 if line is None:
                     self._write("\n")
                     signal.throw_if_aborted()
                     return "deny"
-                answer = _ANSWERS.get(line.strip().lower())
+                answer = parse_answer(line)
                 if answer is not None:
                     return answer
 

@@ -33,12 +33,14 @@ if TYPE_CHECKING:
 
 COMMAND_MODULES: Final = {
     "agents": "dsh.cli.agents",
+    "chat": "dsh.cli.chat",
     "compact": "dsh.cli.compact",
     "config": "dsh.cli.configuration",
     "doctor": "dsh.cli.doctor",
     "history": "dsh.cli.history",
     "mcp": "dsh.cli.mcp",
     "run": "dsh.cli.run",
+    "send": "dsh.cli.send",
     "serve": "dsh.cli.serve",
     "sessions": "dsh.cli.sessions",
 }

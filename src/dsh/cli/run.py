@@ -1,12 +1,15 @@
 """`dsh run PROMPT`: one prompt on a new (or resumed) top-level agent, streamed as it happens.
 
-Layer: CLI (thin: it opens a `Runtime`, sends the prompt and renders what the loop writes). Text mode
-streams the answer to stdout and tool activity to stderr; `--json` writes one JSON line per event
-(`{"type": "event", "event": <event type>, "sessionId", "seq", "time", "turn"?, "step"?,
-"summary"?}`) and a last `{"type": "result", "sessionId", "output", "stopReason"}` line, and nothing
-else, to stdout. A spinner shows on stderr only when stderr is a terminal, never with `--json`. A
-reader that closes the pipe early (`| head`) simply stops the output; the run goes on. Ctrl-C
-cancels the turn, which then ends `aborted`, and exits 130 (docs/agent.md#cancellation).
+Layer: CLI (thin: it opens a `Runtime`, sends the prompt and renders what the loop writes). The
+session id goes to stderr at the start. Text mode streams the answers to stdout, each on its own,
+and tool activity to stderr (`dsh.cli.turns`); after the turn it waits for background subagents and
+shows each one's answer as it settles, and the main agent's reply to its notice, labelled.
+`--json` writes one JSON line per event of the main session (`dsh.cli.drive.event_line`, with tool
+arguments and results) and a last `{"type": "result", "sessionId", "output", "stopReason"}` line, and
+nothing else, to stdout. A spinner shows on stderr only when stderr is a terminal, never with
+`--json`, and never erases output. A reader that closes the pipe early (`| head`) simply stops the
+output; the run goes on. Ctrl-C cancels the turn, which then ends `aborted`, and exits 130
+(docs/agent.md#cancellation).
 
 The agent and its subagents get the workspace tools on `--workspace DIR` (default: the current
 folder), whose `.dsh/config.toml` is read too. A tool call that needs approval is asked about on the
@@ -14,33 +17,30 @@ terminal (`dsh.cli.approve`); with `--json` or without a terminal it is refused 
 why, so an unattended run passes the `--allow` rules it needs (docs/cli.md#dsh-run).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the options from the annotations, and as
+# strings each would be evaluated again on every run (docs/architecture.md#import-cost).
 import asyncio
 import contextlib
-import os
 import signal
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dsh.cli.app import Globals, app, fail
 from dsh.cli.approve import AllowAllOption, AllowOption, DenyOption, TerminalApprover, permissions_from_flags
+from dsh.cli.drive import Work, event_line, last_session, model_client, work_from_flags
 from dsh.cli.errors import EXIT_CODES, exit_code_for_code
-from dsh.cli.text import cell, json_text, safe
+from dsh.cli.text import json_text, safe
 
 if TYPE_CHECKING:
     # The agent loop loads when `dsh run` runs, not when the CLI registers its commands
     # (docs/architecture.md#import-cost).
-    from rich.console import Console
-
-    from dsh.agent.loop import Agent, TurnResult
-    from dsh.agent.model import ModelChunk, ModelClient
+    from dsh.agent.loop import TurnResult
     from dsh.agent.usage import TokenTotals
+    from dsh.cli.turns import Terminal
     from dsh.session.events import SessionEvent
     from dsh.session.session import Session
 
@@ -49,114 +49,25 @@ __all__ = ["run"]
 
 @dataclass(slots=True)
 class _Outcome:
-    result: TurnResult | None = None
+    result: "TurnResult | None" = None
     interrupted: bool = False
     timed_out: bool = False
-    tokens: TokenTotals | None = None  # the session's tree, subagents included
+    tokens: "TokenTotals | None" = None  # the session's tree, subagents included
 
 
-def _line(value: object) -> str:
-    return json_text(value, compact=True)
+class _JsonLines:
+    """`--json`: one line per event of the main session."""
 
+    def __init__(self, terminal: "Terminal") -> None:
+        self.terminal = terminal
+        self.main_id: str | None = None
 
-def _write(text: str) -> None:
-    """Write to stdout; once the reader has gone (`| head`), later output is silently dropped."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Point stdout at /dev/null so the interpreter's final flush does not complain either.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-
-
-class _Printer:
-    """Renders the agent's activity as it happens."""
-
-    def __init__(self, *, as_json: bool, stderr: Console) -> None:
-        self.as_json = as_json
-        self.stderr = stderr
-        self.spinner: Any = None
-        self.ended_with_newline = True
-        self.session_id: str | None = None
-
-    @contextlib.contextmanager
-    def spinning(self) -> Iterator[None]:
-        if not self.as_json and self.stderr.is_terminal:
-            self.spinner = self.stderr.status("thinking…", spinner="dots")
-            self.spinner.start()
-        try:
-            yield
-        finally:
-            self.stop_spinner()
-
-    def stop_spinner(self) -> None:
-        if self.spinner is not None:
-            self.spinner.stop()
-            self.spinner = None
-
-    def chunk(self, agent: Agent, turn: int, step: int, chunk: ModelChunk) -> None:
-        from dsh.agent.model import TextDelta
-
-        if self.as_json or not isinstance(chunk, TextDelta):
+    def event(self, session: "Session", event: "SessionEvent") -> None:
+        if session.id != self.main_id:
             return
-        self.stop_spinner()
-        text = safe(chunk.text, newlines=True)
-        _write(text)
-        self.ended_with_newline = text.endswith("\n")
-
-    def event(self, session: Session, event: SessionEvent) -> None:
-        from dsh.query.summary import event_summary, is_summarised
-
-        if session.id != self.session_id:
-            return
-        if self.as_json:
-            if is_summarised(event):
-                summary = event_summary(session.id, event)
-                summary["event"] = summary.pop("type")
-                _write(_line({"type": "event", **summary}) + "\n")
-            return
-        data = event.data if isinstance(event.data, dict) else {}
-        if event.type == "tool/call":
-            self.newline()
-            self.stderr.print(cell(f"→ {safe(data.get('name'))} {safe(data.get('arguments'))}"))
-        elif event.type == "tool/result":
-            summary = event_summary(session.id, event).get("summary", {})
-            failed = isinstance(summary, dict) and summary.get("isError")
-            if failed:
-                from dsh.agent.messages import message_text
-
-                message = data.get("message")
-                first = message_text(message).strip().splitlines() if isinstance(message, dict) else []
-                reason = cell(f"← {safe(first[0][:200])}") if first else cell("← error")
-                self.stderr.print(reason)
-            else:
-                self.stderr.print("← ok", markup=False)
-        elif event.type == "step/start" and self.spinner is None and self.stderr.is_terminal:
-            self.spinner = self.stderr.status("thinking…", spinner="dots")
-            self.spinner.start()
-
-    def newline(self) -> None:
-        if not self.ended_with_newline:
-            _write("\n")
-            self.ended_with_newline = True
-
-    def before_question(self) -> None:
-        """An approval question is about to be shown: no spinner, and a fresh line."""
-        self.stop_spinner()
-        self.newline()
-
-
-@dataclass(frozen=True, slots=True)
-class _Work:
-    """Where the agent works and what it may do: the workspace, its instructions, the permission flags."""
-
-    workspace: Path
-    instructions: str | None
-    allow: list[str]
-    deny: list[str]
-    allow_all: bool
+        line = event_line(session.id, event)
+        if line is not None:
+            self.terminal.out(line + "\n")
 
 
 def _interactive(as_json: bool) -> bool:
@@ -174,42 +85,46 @@ async def _drive(
     prompt: str,
     *,
     session_id: str | None,
+    resume_last: bool,
     script: Path | None,
     model_name: str | None,
     as_json: bool,
     settle: bool,
     timeout: float | None,  # noqa: ASYNC109 - the turn is cancelled (not abandoned) when it expires
-    work: _Work,
+    work: Work,
+    terminal: "Terminal",
 ) -> tuple[_Outcome, str]:
     from dsh.agent.messages import UserSource
+    from dsh.cli.turns import Spinner, TurnView
     from dsh.runtime import Runtime
 
     config = globals_.config(workspace=work.workspace)
     permissions = permissions_from_flags(config, work.allow, work.deny, work.allow_all)
-    client: ModelClient
-    if script is not None:
-        from dsh.agent.models.scripted import ScriptedModelClient
-
-        client = ScriptedModelClient.from_file(script)
-    else:
-        from dsh.agent.models.openai_compat import OpenAICompatibleClient, resolve_model_settings
-
-        client = OpenAICompatibleClient(resolve_model_settings(config.model, model=model_name))
-    printer = _Printer(as_json=as_json, stderr=globals_.console(stderr=True))
+    client = model_client(config, script, model_name)
+    spinner = None if as_json else Spinner(terminal)
+    view = TurnView(terminal, spinner=spinner)
+    lines = _JsonLines(terminal)
     outcome = _Outcome()
     try:
         async with Runtime.open(config, model=client, workspace=work.workspace, permissions=permissions) as rt:
             if _interactive(as_json):
-                rt.approvals.set_answerer(TerminalApprover(printer.before_question))
+                rt.approvals.set_answerer(TerminalApprover(terminal.pause_for_question))
+            if resume_last:
+                session_id = await last_session(rt, work.workspace)
             if session_id:
                 agent = await rt.resume_agent(session_id, instructions=work.instructions)
             else:
                 agent = await rt.create_agent(instructions=work.instructions)
             if model_name is not None and script is not None:
                 agent.update_options(model=model_name)
-            printer.session_id = agent.id
-            rt.sessions.on_event(printer.event)
-            agent.on_chunk(printer.chunk)
+            typer.echo(f"session {safe(agent.id)}", err=True)
+            if as_json:
+                lines.main_id = agent.id
+                rt.sessions.on_event(lines.event)
+            else:
+                view.main_id = agent.id
+                rt.sessions.on_event(view.event)
+                agent.on_chunk(view.chunk)
             loop = asyncio.get_running_loop()
 
             def interrupt() -> None:
@@ -219,44 +134,30 @@ async def _drive(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signal.SIGINT, interrupt)
             try:
-                with printer.spinning():
-                    message_id = await agent.send(prompt, UserSource())
-                    pending = agent.turn_result(message_id)
-                    try:
-                        outcome.result = await asyncio.wait_for(asyncio.shield(pending), timeout)
-                    except TimeoutError:
-                        outcome.timed_out = True
-                        agent.cancel("user")
-                        outcome.result = await pending
-                    if settle and not (outcome.interrupted or outcome.timed_out):
-                        await rt.settle(timeout=None)
+                message_id = await agent.send(prompt, UserSource())
+                pending = agent.turn_result(message_id)
+                try:
+                    outcome.result = await asyncio.wait_for(asyncio.shield(pending), timeout)
+                except TimeoutError:
+                    outcome.timed_out = True
+                    agent.cancel("user")
+                    outcome.result = await pending
+                if settle and not (outcome.interrupted or outcome.timed_out):
+                    if spinner is not None and len(rt.agents.list()) > 1:
+                        spinner.start("waiting for subagents…")
+                    await rt.settle(timeout=None)
             finally:
+                if spinner is not None:
+                    spinner.stop()
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(signal.SIGINT)
-            printer.newline()
+            terminal.end_line()
             with contextlib.suppress(Exception):  # a total is a nicety: the answer stands without it
                 tokens = await rt.tokens(agent.id, tree=True)
                 outcome.tokens = tokens if tokens.requests else None  # a model that reported no usage
             return outcome, agent.id
     finally:
         await client.aclose()
-
-
-def _work(
-    workspace: Path | None, instructions: Path | None, allow: list[str] | None, deny: list[str] | None, allow_all: bool
-) -> _Work:
-    from dsh.errors import ConfigError
-
-    root = Path(os.path.realpath(workspace if workspace is not None else os.getcwd()))
-    if not root.is_dir():
-        raise ConfigError(f"the workspace {workspace} is not a folder")
-    text = None
-    if instructions is not None:
-        try:
-            text = instructions.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise ConfigError(f"cannot read the instructions file {instructions}: {error}") from None
-    return _Work(root, text, list(allow or ()), list(deny or ()), allow_all)
 
 
 @app.command()
@@ -266,6 +167,9 @@ def run(
     session: Annotated[
         str | None, typer.Option("--session", help="Continue this top-level session instead of starting one.")
     ] = None,
+    resume_last: Annotated[
+        bool, typer.Option("--continue", help="Continue the workspace's last session (the newest one started there).")
+    ] = False,
     script: Annotated[
         Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")
     ] = None,
@@ -295,20 +199,29 @@ def run(
 
     Example: dsh run "Summarise the README" --model deepseek-chat
     """
+    from dsh.cli.turns import Terminal
+
     globals_: Globals = ctx.obj
+    terminal = Terminal()
     try:
-        work = _work(workspace, instructions, allow, deny, allow_all)
+        if session is not None and resume_last:
+            from dsh.errors import ConfigError
+
+            raise ConfigError("--session and --continue exclude each other: give one of them")
+        work = work_from_flags(workspace, instructions, allow, deny, allow_all)
         outcome, session_id = asyncio.run(
             _drive(
                 globals_,
                 prompt,
                 session_id=session,
+                resume_last=resume_last,
                 script=script,
                 model_name=model,
                 as_json=as_json,
                 settle=not no_settle,
                 timeout=timeout,
                 work=work,
+                terminal=terminal,
             )
         )
     except KeyboardInterrupt:
@@ -325,7 +238,7 @@ def run(
         }
         if outcome.tokens is not None:
             record["tokens"] = outcome.tokens.to_json()
-        _write(_line(record) + "\n")
+        terminal.out(json_text(record, compact=True) + "\n")
     elif outcome.tokens is not None:
         typer.echo(safe(f"session {session_id}: {outcome.tokens.summary()}"), err=True)
     if outcome.interrupted or outcome.timed_out:

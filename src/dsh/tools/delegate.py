@@ -21,11 +21,11 @@ from pydantic import BaseModel, ConfigDict
 
 from dsh.agent.messages import text
 from dsh.agent.tools import ToolContext
-from dsh.subagent.providers import ContinuableSpec, SubagentRequest, SubagentResult
 from dsh.tools._context import calling_agent, subagent_service
 
 if TYPE_CHECKING:
     from dsh.agent.loop import Agent
+    from dsh.subagent.providers import SubagentResult
     from dsh.subagent.runtime import SubagentRuntime
 
 __all__ = ["DEFAULT_PROVIDER", "AgentTool", "AgentToolArgs", "SubagentStoppedError"]
@@ -169,6 +169,10 @@ class AgentTool:
         parsed = cast(AgentToolArgs, args)
         parent = cast("Agent", caller)
         if parsed.run_in_background:
+            from dsh.subagent.providers import (
+                ContinuableSpec,
+            )  # with the first delegation (docs/architecture.md#import-cost)
+
             started = await subagents.start_continuable(
                 ContinuableSpec(
                     parent=parent,
@@ -185,6 +189,8 @@ class AgentTool:
     async def _run_foreground(
         self, subagents: SubagentRuntime, args: AgentToolArgs, parent: Agent, ctx: ToolContext
     ) -> object:
+        from dsh.subagent.providers import SubagentRequest
+
         request = SubagentRequest(
             parent=parent,
             prompt=args.prompt,

@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict
 
 from dsh.agent.messages import RelaySource, text
 from dsh.agent.tools import ToolContext
-from dsh.subagent.authority import AncestorAuthority
 from dsh.subagent.rows import SubagentChildRow, SubagentDescendantEntry, SubagentListEntry
 from dsh.tools._context import calling_agent, subagent_service
 
@@ -331,6 +330,8 @@ class InterruptAgentTool:
         caller = calling_agent(ctx, self.name)
         subagents = ctx.services.subagents
         if subagents is not None:
+            from dsh.subagent.authority import AncestorAuthority
+
             await subagents.interrupt(cast(InterruptAgentArgs, args).agent_id, AncestorAuthority(cast("Agent", caller)))
         return {"accepted": True}
 

@@ -229,6 +229,12 @@ class OpenAICompatibleClient:
             import openai  # deferred: the SDK is heavy and only real model runs need it
 
             settings = self._settings
+            http_client = None
+            if settings.base_url.lower().startswith("http://"):
+                # A plain-HTTP endpoint (a local server) never speaks TLS, so its client builds no
+                # TLS context: loading the CA bundle costs about 90 ms of CPU per process. Redirects
+                # are not followed either, so no TLS connection can ever be made with it.
+                http_client = openai.DefaultAsyncHttpxClient(verify=False, follow_redirects=False)
             self._sdk = openai.AsyncOpenAI(
                 base_url=settings.base_url,
                 api_key=settings.api_key.get_secret_value(),
@@ -239,6 +245,7 @@ class OpenAICompatibleClient:
                     pool=_POOL_TIMEOUT_S,
                 ),
                 max_retries=settings.max_retries,
+                http_client=http_client,
             )
             self._state = _State.OPEN
         return self._sdk
