@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,15 +34,12 @@ from dsh.agent.compaction import AgentCompactor, CompactionResult, CompactionSet
 from dsh.agent.errors import AgentError, ModelError
 from dsh.agent.ids import IdFactory
 from dsh.agent.messages import Source, UserSource, source_json, text, text_of_blocks
-from dsh.agent.model import ModelClient, ModelRequest, RequestMeta, Usage, chunk_to_json
+from dsh.agent.model import ModelChunk, ModelClient, ModelRequest, RequestMeta, Usage, chunk_to_json
 from dsh.agent.options import (
     AgentOptions,
     CancelCause,
-    ChunkListener,
-    CompletionGuard,
     Delivery,
     InboxItem,
-    PreStepHook,
     TurnResult,
 )
 from dsh.agent.registry import AgentStatus, StatusListener
@@ -68,6 +65,17 @@ __all__ = [
 ]
 
 _log = logging.getLogger("dsh.agent")
+
+PreStepHook = Callable[["Agent", int, int], Awaitable[None] | None]
+"""Called with `(agent, turn, step)` after `turn/start` and before every `step/start`."""
+
+ChunkListener = Callable[["Agent", int, int, ModelChunk], None]
+"""Called with `(agent, turn, step, chunk)` for every streamed chunk, logged or not."""
+
+CompletionGuard = Callable[["Agent", int], "Mapping[str, Any] | str | None"]
+"""Called with `(agent, turn)` when a turn would complete (an answer without tool calls): None lets it
+complete, a string is a reminder the model gets as the next step's user message, and a mapping is the
+`turn/end` error object the turn ends with instead (docs/agent.md#completion-guards)."""
 
 _REMINDER_SOURCE: Final = {"kind": "plugin", "plugin": "pydsh/completion-guard", "form": "reminder"}
 

@@ -1,32 +1,26 @@
 """The agent's records: `AgentOptions` (how an agent talks to its model), `InboxItem` (a message
-waiting for its turn), `TurnResult` (how a turn ended), and the callback types `Agent` accepts.
+waiting for its turn), `TurnResult` (how a turn ended), who cancels a turn and when an item is claimed.
 
 Layer: agent. `dsh.agent.loop` runs the turns these describe (docs/agent.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-
-from dsh.agent.model import ModelChunk
 
 if TYPE_CHECKING:
     from dsh.agent.approval import Permissions
     from dsh.agent.compaction import CompactionSettings
-    from dsh.agent.loop import Agent
     from dsh.agent.model import Usage
     from dsh.agent.usage import TokenTotals
 
 __all__ = [
     "AgentOptions",
     "CancelCause",
-    "ChunkListener",
-    "CompletionGuard",
     "Delivery",
     "InboxItem",
-    "PreStepHook",
     "TurnResult",
 ]
 
@@ -35,17 +29,6 @@ CancelCause = Literal["user", "parent", "disposed"]
 
 Delivery = Literal["next-turn"]
 """When an inbox item is claimed. Only `next-turn` (FIFO, one item per turn) exists today."""
-
-PreStepHook = Callable[["Agent", int, int], Awaitable[None] | None]
-"""Called with `(agent, turn, step)` after `turn/start` and before every `step/start`."""
-
-ChunkListener = Callable[["Agent", int, int, ModelChunk], None]
-"""Called with `(agent, turn, step, chunk)` for every streamed chunk, logged or not."""
-
-CompletionGuard = Callable[["Agent", int], "Mapping[str, Any] | str | None"]
-"""Called with `(agent, turn)` when a turn would complete (an answer without tool calls): None lets it
-complete, a string is a reminder the model gets as the next step's user message, and a mapping is the
-`turn/end` error object the turn ends with instead (docs/agent.md#completion-guards)."""
 
 
 @dataclass(frozen=True, slots=True)

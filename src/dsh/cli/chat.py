@@ -30,7 +30,16 @@ import typer
 
 from dsh.cli.app import Globals, app, fail
 from dsh.cli.approve import AllowAllOption, AllowOption, DenyOption, parse_answer, permissions_from_flags
-from dsh.cli.drive import Work, last_session, model_client, work_from_flags
+from dsh.cli.drive import (
+    InstructionsOption,
+    ModelOption,
+    ScriptOption,
+    Work,
+    WorkspaceOption,
+    last_session,
+    model_client,
+    work_from_flags,
+)
 from dsh.cli.errors import EXIT_CODES
 from dsh.cli.text import safe
 
@@ -324,17 +333,10 @@ def chat(
     resume_last: Annotated[
         bool, typer.Option("--continue", help="Continue the workspace's last session (the newest one started there).")
     ] = False,
-    script: Annotated[
-        Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")
-    ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="The model name (overrides DSH_MODEL).")] = None,
-    workspace: Annotated[
-        Path | None,
-        typer.Option("--workspace", help="The folder the tools work in (default: the current folder)."),
-    ] = None,
-    instructions: Annotated[
-        Path | None, typer.Option("--instructions", help="A file of instructions added to the system prompt.")
-    ] = None,
+    script: ScriptOption = None,
+    model: ModelOption = None,
+    workspace: WorkspaceOption = None,
+    instructions: InstructionsOption = None,
     allow: AllowOption = None,
     deny: DenyOption = None,
     allow_all: AllowAllOption = False,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dsh.cli.app import Globals, app, fail
+from dsh.cli.drive import ModelOption, ScriptOption
 from dsh.cli.text import json_text, safe
 
 if TYPE_CHECKING:
@@ -49,10 +50,8 @@ async def _compact(
 def compact(
     ctx: typer.Context,
     session_id: Annotated[str, typer.Argument(help="The top-level session to compact.", metavar="ID")],
-    script: Annotated[
-        Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")
-    ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="The model name (overrides DSH_MODEL).")] = None,
+    script: ScriptOption = None,
+    model: ModelOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document.")] = False,
 ) -> None:
     """Summarise a session's earlier conversation so its next requests are smaller.

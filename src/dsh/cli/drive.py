@@ -12,7 +12,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
 
 from dsh.cli.text import json_text
 
@@ -140,3 +142,16 @@ def _result(data: Mapping[str, Any]) -> dict[str, Any]:
     if "output" in block:
         out["output"] = block["output"]
     return out
+
+
+# The options `dsh run`, `dsh chat`, `dsh send` and `dsh compact` share (evaluated once, here: typer
+# reads them from the annotations).
+ScriptOption = Annotated[Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")]
+ModelOption = Annotated[str | None, typer.Option("--model", help="The model name (overrides DSH_MODEL).")]
+WorkspaceOption = Annotated[
+    Path | None,
+    typer.Option("--workspace", help="The folder the tools work in (default: the current folder)."),
+]
+InstructionsOption = Annotated[
+    Path | None, typer.Option("--instructions", help="A file of instructions added to the system prompt.")
+]

@@ -31,7 +31,17 @@ import typer
 
 from dsh.cli.app import Globals, app, fail
 from dsh.cli.approve import AllowAllOption, AllowOption, DenyOption, TerminalApprover, permissions_from_flags
-from dsh.cli.drive import Work, event_line, last_session, model_client, work_from_flags
+from dsh.cli.drive import (
+    InstructionsOption,
+    ModelOption,
+    ScriptOption,
+    Work,
+    WorkspaceOption,
+    event_line,
+    last_session,
+    model_client,
+    work_from_flags,
+)
 from dsh.cli.errors import EXIT_CODES, exit_code_for_code
 from dsh.cli.text import json_text, safe
 
@@ -170,10 +180,8 @@ def run(
     resume_last: Annotated[
         bool, typer.Option("--continue", help="Continue the workspace's last session (the newest one started there).")
     ] = False,
-    script: Annotated[
-        Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")
-    ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="The model name (overrides DSH_MODEL).")] = None,
+    script: ScriptOption = None,
+    model: ModelOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write JSON lines: one per event, then the result.")] = False,
     no_settle: Annotated[
         bool, typer.Option("--no-settle", help="Do not wait for background subagents and their notices.")
@@ -181,13 +189,8 @@ def run(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Cancel the turn after this many seconds.", min=0)
     ] = None,
-    workspace: Annotated[
-        Path | None,
-        typer.Option("--workspace", help="The folder the tools work in (default: the current folder)."),
-    ] = None,
-    instructions: Annotated[
-        Path | None, typer.Option("--instructions", help="A file of instructions added to the system prompt.")
-    ] = None,
+    workspace: WorkspaceOption = None,
+    instructions: InstructionsOption = None,
     allow: AllowOption = None,
     deny: DenyOption = None,
     allow_all: AllowAllOption = False,

@@ -21,7 +21,7 @@ import typer
 
 from dsh.cli.app import Globals, app, fail
 from dsh.cli.approve import AllowAllOption, AllowOption, DenyOption, TerminalApprover, permissions_from_flags
-from dsh.cli.drive import Work, model_client, work_from_flags
+from dsh.cli.drive import ModelOption, ScriptOption, Work, WorkspaceOption, model_client, work_from_flags
 from dsh.cli.errors import EXIT_CODES
 from dsh.cli.text import safe
 
@@ -109,14 +109,9 @@ def send(
     ctx: typer.Context,
     child_id: Annotated[str, typer.Argument(metavar="CHILD_ID", help="The continuable subagent to send to.")],
     message: Annotated[str, typer.Argument(help="The message: the subagent's next turn.")],
-    script: Annotated[
-        Path | None, typer.Option("--script", help="Answer from this scripted-model file (keyless).")
-    ] = None,
-    model: Annotated[str | None, typer.Option("--model", help="The model name (overrides DSH_MODEL).")] = None,
-    workspace: Annotated[
-        Path | None,
-        typer.Option("--workspace", help="The folder the tools work in (default: the current folder)."),
-    ] = None,
+    script: ScriptOption = None,
+    model: ModelOption = None,
+    workspace: WorkspaceOption = None,
     allow: AllowOption = None,
     deny: DenyOption = None,
     allow_all: AllowAllOption = False,
